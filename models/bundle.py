@@ -1,0 +1,108 @@
+"""The one bundle format every stage reads and writes (see ../shared/DESIGN.md, README "Bundles").
+
+A bundle is a directory: model files (``config.json`` + ``model.safetensors`` for PyTorch, ``model*.onnx`` for
+ONNX), the tokenizer files, an optional ``task.json`` (decision rule shared by PyTorch and ONNX paths) and
+``manifest.json``::
+
+    {"kind": "pretrained|classifier|qa|onnx-classifier|onnx-qa", "created": ISO-8601,
+     "files": {relative_path: sha256}, "source": {...provenance...}, "metrics": {...}, "versions": {...}}
+
+:func:`verify_bundle` refuses a bundle whose files do not match the manifest. This module is torch-free.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from .errors import DenkiError
+from .fileio import atomic_write_json, sha256_file
+
+MANIFEST = "manifest.json"
+TASK = "task.json"
+KINDS = ("pretrained", "classifier", "qa", "onnx-classifier", "onnx-qa")
+_VERSIONED = ("denki", "torch", "transformers", "tokenizers", "fugashi", "unidic-lite", "onnx", "onnxruntime-gpu",
+              "onnxruntime", "optimum", "optimum-onnx", "numpy")
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in _VERSIONED:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def command_line() -> str:
+    return " ".join([Path(sys.argv[0]).name] + sys.argv[1:])
+
+
+def _bundle_files(directory: Path) -> list[str]:
+    files = []
+    for p in sorted(directory.rglob("*")):
+        if p.is_file() and p.name != MANIFEST and not p.name.endswith(".partial") and "__pycache__" not in p.parts:
+            files.append(p.relative_to(directory).as_posix())
+    return files
+
+
+def write_manifest(directory: str | os.PathLike, kind: str, *, source: dict | None = None,
+                   metrics: dict | None = None, extra: dict | None = None) -> dict:
+    """Hash every file in ``directory`` and write ``manifest.json`` (atomically) last."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown bundle kind {kind!r}")
+    d = Path(directory)
+    manifest = {
+        "kind": kind,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "files": {f: sha256_file(d / f) for f in _bundle_files(d)},
+        "source": source or {},
+        "metrics": metrics or {},
+        "versions": package_versions(),
+    }
+    if extra:
+        manifest.update(extra)
+    atomic_write_json(d / MANIFEST, manifest)
+    return manifest
+
+
+def read_manifest(directory: str | os.PathLike) -> dict:
+    d = Path(directory)
+    if not d.is_dir():
+        raise DenkiError(f"{d}: bundle directory not found")
+    mpath = d / MANIFEST
+    if not mpath.is_file():
+        raise DenkiError(f"{d}: not a denki bundle (no {MANIFEST})")
+    try:
+        return json.loads(mpath.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DenkiError(f"{mpath}: invalid JSON ({e})") from None
+
+
+def verify_bundle(directory: str | os.PathLike, kinds: tuple[str, ...] | None = None) -> dict:
+    """Check every file listed in the manifest exists and matches its sha256; return the manifest.
+
+    Raises :class:`DenkiError` on a missing or modified file, or a bundle of an unexpected kind.
+    """
+    d = Path(directory)
+    manifest = read_manifest(d)
+    if kinds is not None and manifest.get("kind") not in kinds:
+        raise DenkiError(f"{d}: bundle kind is {manifest.get('kind')!r}, expected one of {list(kinds)}")
+    for rel, digest in manifest.get("files", {}).items():
+        p = d / rel
+        if not p.is_file():
+            raise DenkiError(f"{d}: file {rel} listed in the manifest is missing")
+        if sha256_file(p) != digest:
+            raise DenkiError(f"{d}: file {rel} does not match its sha256 in the manifest (modified or corrupt); "
+                             "refusing to load it")
+    return manifest
+
+
+def read_task(directory: str | os.PathLike) -> dict:
+    p = Path(directory) / TASK
+    return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}

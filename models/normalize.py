@@ -1,0 +1,79 @@
+"""NFKC normalisation that remembers where every normalised character came from.
+
+The tokenizer works on NFKC text (as transformers' ``MecabTokenizer`` does), but QA answers and token offsets
+must point into the ORIGINAL string. NFKC is not a per-character map: a base letter and its combining marks
+compose (``か`` + U+3099 → ``が``), a half-width voiced mark joins the kana before it (``ｶﾞ`` → ``ガ``), and one
+character can expand (``㍿`` → ``株式会社``, ``①`` → ``1``). So the original text is cut into *clusters* (a character
+plus everything that may compose into it), each cluster is normalised alone, and every normalised character maps
+back to its cluster's span. The concatenation is checked against NFKC of the whole text; if some exotic sequence
+breaks cluster-locality, coarser clusters (whitespace-delimited runs, then the whole text) are used, so offsets
+stay correct, only less precise.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+_RUNS = re.compile(r"\s+|\S+")
+
+
+@lru_cache(maxsize=65536)
+def _joins_previous(ch: str) -> bool:
+    """True if ``ch`` can compose with the character before it under NFKC."""
+    if unicodedata.combining(ch):
+        return True
+    n = unicodedata.normalize("NFKC", ch)
+    if n and unicodedata.combining(n[0]):  # e.g. half-width ﾞ (U+FF9E) → U+3099
+        return True
+    cp = ord(ch)
+    # Conjoining Hangul vowels/trailing consonants (combining class 0, yet they compose).
+    return 0x1160 <= cp <= 0x11FF or 0xD7B0 <= cp <= 0xD7FF
+
+
+def _cluster_spans(text: str) -> list[tuple[int, int]]:
+    spans = []
+    i, n = 0, len(text)
+    while i < n:
+        j = i + 1
+        while j < n and _joins_previous(text[j]):
+            j += 1
+        spans.append((i, j))
+        i = j
+    return spans
+
+
+def _align(text: str, spans: list[tuple[int, int]], target: str):
+    starts: list[int] = []
+    ends: list[int] = []
+    parts = []
+    for a, b in spans:
+        piece = unicodedata.normalize("NFKC", text[a:b])
+        parts.append(piece)
+        k = len(piece)
+        starts.extend([a] * k)
+        ends.extend([b] * k)
+    if "".join(parts) != target:
+        return None
+    return starts, ends
+
+
+def nfkc_with_alignment(text: str) -> tuple[str, list[int] | None, list[int] | None]:
+    """NFKC-normalise ``text`` and map each normalised character back to the original.
+
+    Returns ``(norm, starts, ends)``: normalised character ``i`` came from ``text[starts[i]:ends[i]]``.
+    ``starts``/``ends`` are ``None`` when the text is already NFKC (the identity map; the common case, kept
+    cheap). Linear in ``len(text)``.
+    """
+    if unicodedata.is_normalized("NFKC", text):
+        return text, None, None
+    norm = unicodedata.normalize("NFKC", text)
+    for spans in (
+        _cluster_spans(text),
+        [m.span() for m in _RUNS.finditer(text)],
+        [(0, len(text))],
+    ):
+        aligned = _align(text, spans, norm)
+        if aligned is not None:
+            return norm, aligned[0], aligned[1]
+    raise AssertionError("unreachable: the whole text is one cluster")  # pragma: no cover

@@ -1,0 +1,423 @@
+"""Japanese tokenizer: NFKC → MeCab (fugashi + unidic-lite) words → WordPiece, with original-string offsets.
+
+Design (see README "Tokenizer"):
+
+* **Parity.** Token ids are identical to ``transformers.BertJapaneseTokenizer`` (word_tokenizer_type="mecab",
+  mecab_dic="unidic_lite", subword_tokenizer_type="wordpiece", do_lower_case=False) loaded from the same
+  directory. Like transformers, literal special-token strings in the text (``[CLS]``, ``[SEP]``, ``[MASK]``, …) are
+  split out *before* normalisation and become those special tokens (JSQuAD contexts use ``"title [SEP] text"`` on
+  purpose); everything between them is NFKC-normalised and segmented separately.
+* **Normalisation.** NFKC, no lower-casing, no accent stripping (dakuten survive: が ≠ か). Full-width letters
+  become ASCII, half-width kana become full-width, ``①`` → ``1``, ``㍿`` → ``株式会社``.
+* **Offsets.** ``offsets[i] = (start, end)`` index the ORIGINAL string (Python ``str`` indices, i.e. code
+  points). Special tokens added by the encoder ([CLS], [SEP], [PAD]) get ``(0, 0)`` as in transformers. When one
+  original character expands into several tokens (``㍿`` → ``株式`` ``##会社``) all of them point at that character.
+* **Speed.** MeCab runs in wakati mode (one C call per text) and WordPiece results are memoised per word
+  (Japanese text repeats words heavily), so per-word work is a dict lookup.
+
+Training uses the HF ``tokenizers`` WordPiece trainer on MeCab words.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DenkiError
+from .fileio import atomic_write_json, atomic_write_text
+from .normalize import nfkc_with_alignment
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]  # ids 0..4 in every denki vocabulary
+MAX_INPUT_CHARS_PER_WORD = 100  # as transformers' WordpieceTokenizer: longer words become [UNK]
+DENKI_CONFIG = "denki_tokenizer.json"
+FORMAT_VERSION = 1
+_SPECIAL_RE = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
+
+
+def _make_tagger():
+    import fugashi
+    import unidic_lite
+
+    dic_dir = unidic_lite.DICDIR
+    mecabrc = os.path.join(dic_dir, "mecabrc")
+    # Same dictionary and rc file as transformers' MecabTokenizer(mecab_dic="unidic_lite"); wakati output is
+    # the same segmentation as its node list, in one C call.
+    return fugashi.GenericTagger(f'-d "{dic_dir}" -r "{mecabrc}" -Owakati')
+
+
+_TAGGER = None
+
+
+def mecab_words(norm_text: str) -> list[str]:
+    """Segment (already normalised) text into MeCab surface words, whitespace dropped.
+
+    Splitting the wakati output on whitespace equals transformers' ``whitespace_tokenize`` of every surface.
+    """
+    global _TAGGER
+    if _TAGGER is None:
+        _TAGGER = _make_tagger()
+    return _TAGGER.parse(norm_text).split()
+
+
+@dataclass
+class Encoding:
+    """One encoded sequence (one window, for QA). All lists have the same length ``n``.
+
+    ``offsets`` index the original text of the sequence each token belongs to (``sequence_ids`` says which:
+    0 = first text / question, 1 = second text / context, ``None`` = special token added by the encoder).
+    """
+
+    ids: list[int]
+    tokens: list[str]
+    offsets: list[tuple[int, int]]
+    word_ids: list[int | None]
+    sequence_ids: list[int | None]
+    type_ids: list[int]
+    sample_index: int = 0  # which input this came from (several windows share one sample)
+    overflow: bool = False  # True if the input was truncated to produce this sequence
+    extra: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def attention_mask(self) -> list[int]:
+        return [1] * len(self.ids)
+
+
+@dataclass
+class _Pieces:
+    """Tokenised text without special tokens added by the encoder."""
+
+    ids: list[int]
+    offsets: list[tuple[int, int]]
+    word_ids: list[int]
+
+
+class JapaneseTokenizer:
+    """Encoder for a denki tokenizer directory (``vocab.txt`` + ``denki_tokenizer.json``)."""
+
+    def __init__(self, vocab: Sequence[str], config: dict | None = None, cache_size: int = 262144):
+        self.id_to_token = list(vocab)
+        self.vocab = {t: i for i, t in enumerate(self.id_to_token)}
+        if len(self.vocab) != len(self.id_to_token):
+            raise DenkiError("vocabulary has duplicate tokens")
+        for i, t in enumerate(SPECIAL_TOKENS):
+            if self.vocab.get(t) != i:
+                raise DenkiError(f"vocabulary must start with {SPECIAL_TOKENS} (found {t!r} at {self.vocab.get(t)})")
+        self.config = dict(config or {})
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = range(5)
+        self.model_max_length = int(self.config.get("model_max_length", 512))
+        self._cache: dict[str, tuple[tuple[int, int, int], ...]] = {}
+        self._cache_size = cache_size
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def vocab_size(self) -> int:
+        return len(self.id_to_token)
+
+    def fingerprint(self) -> str:
+        """sha256 over the vocabulary and the settings that change ids (cache key for tokenized corpora)."""
+        h = hashlib.sha256()
+        h.update("\n".join(self.id_to_token).encode())
+        h.update(json.dumps({"format": FORMAT_VERSION, "normalization": "NFKC", "segmenter": "mecab-unidic-lite",
+                             "max_input_chars_per_word": MAX_INPUT_CHARS_PER_WORD}, sort_keys=True).encode())
+        return h.hexdigest()
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        return [self.id_to_token[i] for i in ids]
+
+    # --------------------------------------------------------------- wordpiece
+    def _wordpiece(self, word: str) -> tuple[tuple[int, int, int], ...]:
+        """Greedy longest-match-first WordPiece of one word → ``((id, start, end), …)`` in word characters.
+
+        Exactly transformers' ``WordpieceTokenizer`` for a single whitespace-free word; a word that cannot be
+        covered (or is longer than 100 characters) becomes one [UNK] spanning the whole word. Memoised.
+        """
+        hit = self._cache.get(word)
+        if hit is not None:
+            return hit
+        n = len(word)
+        out: list[tuple[int, int, int]] = []
+        if n > MAX_INPUT_CHARS_PER_WORD:
+            out = [(self.unk_id, 0, n)]
+        else:
+            vocab = self.vocab
+            start = 0
+            while start < n:
+                end = n
+                cur = None
+                while start < end:
+                    sub = word[start:end] if start == 0 else "##" + word[start:end]
+                    cur = vocab.get(sub)
+                    if cur is not None:
+                        break
+                    end -= 1
+                if cur is None:
+                    out = [(self.unk_id, 0, n)]
+                    break
+                out.append((cur, start, end))
+                start = end
+        res = tuple(out)
+        if len(self._cache) >= self._cache_size:
+            self._cache.clear()  # bounded memory on huge corpora; the hot words come back quickly
+        self._cache[word] = res
+        return res
+
+    def _tokenize(self, text: str) -> _Pieces:
+        """Tokenise one text (no [CLS]/[SEP] added); offsets into ``text``."""
+        ids: list[int] = []
+        offsets: list[tuple[int, int]] = []
+        word_ids: list[int] = []
+        wid = 0
+        pos = 0
+        # Literal special tokens are split out first, as transformers' added-token trie does.
+        for m in _SPECIAL_RE.finditer(text) if "[" in text else ():
+            wid = self._tokenize_segment(text, pos, m.start(), ids, offsets, word_ids, wid)
+            ids.append(self.vocab[m.group(0)])
+            offsets.append(m.span())
+            word_ids.append(wid)
+            wid += 1
+            pos = m.end()
+        self._tokenize_segment(text, pos, len(text), ids, offsets, word_ids, wid)
+        return _Pieces(ids, offsets, word_ids)
+
+    def _tokenize_segment(self, text, seg_start, seg_end, ids, offsets, word_ids, wid) -> int:
+        if seg_start >= seg_end:
+            return wid
+        seg = text[seg_start:seg_end] if (seg_start or seg_end != len(text)) else text
+        norm, starts, ends = nfkc_with_alignment(seg)
+        cursor = 0
+        for word in mecab_words(norm):
+            p = norm.find(word, cursor)
+            if p < 0:  # MeCab returned something that is not in its input: refuse rather than guess
+                raise DenkiError(f"internal: MeCab word {word!r} not found in the normalised text")
+            cursor = p + len(word)
+            for tid, a, b in self._wordpiece(word):
+                if starts is None:
+                    offsets.append((seg_start + p + a, seg_start + p + b))
+                else:
+                    offsets.append((seg_start + starts[p + a], seg_start + ends[p + b - 1]))
+                ids.append(tid)
+                word_ids.append(wid)
+            wid += 1
+        return wid
+
+    # ---------------------------------------------------------------- encoding
+    def token_ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` without [CLS]/[SEP] (fast path for corpus tokenisation)."""
+        return self._tokenize(text).ids
+
+    def tokenize(self, text: str) -> list[str]:
+        """Token strings of ``text`` without [CLS]/[SEP] (like ``BertJapaneseTokenizer.tokenize``)."""
+        return self.convert_ids_to_tokens(self._tokenize(text).ids)
+
+    def encode(self, text: str, text_pair: str | None = None, *, max_length: int | None = None,
+               truncation: bool = True, add_special_tokens: bool = True) -> Encoding:
+        """Encode one text or a (text, text_pair) pair as ``[CLS] a [SEP] (b [SEP])``.
+
+        With ``truncation`` the longest sequence is shortened token by token to fit ``max_length``
+        (default: ``model_max_length``), as transformers' ``longest_first``.
+        """
+        a = self._tokenize(text)
+        b = self._tokenize(text_pair) if text_pair is not None else None
+        limit = max_length if max_length is not None else self.model_max_length
+        overflow = False
+        if truncation and limit:
+            n_special = (3 if b is not None else 2) if add_special_tokens else 0
+            budget = limit - n_special
+            if budget < 0:
+                raise DenkiError(f"max_length={limit} leaves no room for special tokens")
+            la, lb = len(a.ids), (len(b.ids) if b is not None else 0)
+            if la + lb > budget:
+                overflow = True
+                if b is None:
+                    la = budget
+                else:  # longest_first: remove from the longer one, ties from the second
+                    while la + lb > budget:
+                        if la > lb:
+                            la -= 1
+                        else:
+                            lb -= 1
+                a = _Pieces(a.ids[:la], a.offsets[:la], a.word_ids[:la])
+                if b is not None:
+                    b = _Pieces(b.ids[:lb], b.offsets[:lb], b.word_ids[:lb])
+        enc = self._assemble(a, b, add_special_tokens)
+        enc.overflow = overflow
+        return enc
+
+    def encode_batch(self, texts: Sequence[str], pairs: Sequence[str] | None = None, **kw) -> list[Encoding]:
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError("texts and pairs must have the same length")
+        out = []
+        for i, t in enumerate(texts):
+            e = self.encode(t, pairs[i] if pairs is not None else None, **kw)
+            e.sample_index = i
+            out.append(e)
+        return out
+
+    def encode_windows(self, question: str, context: str, *, max_length: int = 384, stride: int = 128,
+                       sample_index: int = 0) -> list[Encoding]:
+        """Encode ``[CLS] question [SEP] context-window [SEP]`` for every window over a long context.
+
+        Windows hold up to ``max_length - len(question) - 3`` context tokens and consecutive windows overlap by
+        ``stride`` tokens (transformers' ``truncation="only_second", return_overflowing_tokens=True`` semantics).
+        The question is never truncated: a question that leaves fewer than 1 context token per window, or a
+        stride not smaller than the window, raises :class:`DenkiError`.
+        """
+        q = self._tokenize(question)
+        c = self._tokenize(context)
+        window = max_length - len(q.ids) - 3
+        if window < 1:
+            raise DenkiError(f"question is {len(q.ids)} tokens; it leaves no room for the context in "
+                             f"max_length={max_length}")
+        if stride >= window:
+            raise DenkiError(f"doc stride {stride} must be smaller than the context window ({window} tokens)")
+        encs = []
+        start = 0
+        n = len(c.ids)
+        while True:
+            end = min(start + window, n)
+            part = _Pieces(c.ids[start:end], c.offsets[start:end], c.word_ids[start:end])
+            e = self._assemble(q, part, True)
+            e.sample_index = sample_index
+            e.overflow = n > window
+            e.extra["window_start"] = start
+            encs.append(e)
+            if end >= n:
+                break
+            start = end - stride
+        return encs
+
+    def _assemble(self, a: _Pieces, b: _Pieces | None, add_special: bool) -> Encoding:
+        ids, offs, wids, seqs, types = [], [], [], [], []
+        if add_special:
+            ids.append(self.cls_id); offs.append((0, 0)); wids.append(None); seqs.append(None); types.append(0)
+        ids += a.ids; offs += a.offsets; wids += a.word_ids; seqs += [0] * len(a.ids); types += [0] * len(a.ids)
+        if add_special:
+            ids.append(self.sep_id); offs.append((0, 0)); wids.append(None); seqs.append(None); types.append(0)
+        if b is not None:
+            ids += b.ids; offs += b.offsets; wids += b.word_ids; seqs += [1] * len(b.ids); types += [1] * len(b.ids)
+            if add_special:
+                ids.append(self.sep_id); offs.append((0, 0)); wids.append(None); seqs.append(None); types.append(1)
+        return Encoding(ids, self.convert_ids_to_tokens(ids), offs, wids, seqs, types)
+
+    def pad(self, encodings: Sequence[Encoding], *, pad_to_multiple_of: int | None = None,
+            max_length: int | None = None) -> dict[str, np.ndarray]:
+        """Pad a batch to its longest sequence (dynamic padding) → int64 arrays of shape ``(batch, seq)``:
+        ``input_ids``, ``attention_mask``, ``token_type_ids``."""
+        if not encodings:
+            raise ValueError("cannot pad an empty batch")
+        n = max(len(e) for e in encodings)
+        if max_length is not None:
+            n = max(n, max_length)
+        if pad_to_multiple_of:
+            n = -(-n // pad_to_multiple_of) * pad_to_multiple_of
+        ids = np.full((len(encodings), n), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(encodings), n), dtype=np.int64)
+        types = np.zeros((len(encodings), n), dtype=np.int64)
+        for i, e in enumerate(encodings):
+            k = len(e)
+            ids[i, :k] = e.ids
+            mask[i, :k] = 1
+            types[i, :k] = e.type_ids
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+    # ------------------------------------------------------------ persistence
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "JapaneseTokenizer":
+        d = Path(directory)
+        vocab_file = d / "vocab.txt"
+        if not vocab_file.is_file():
+            raise DenkiError(f"{d}: not a tokenizer directory (no vocab.txt); train one with `denki tokenizer train`")
+        # Same reading rule as transformers' load_vocab: one token per line, only the newline stripped.
+        with open(vocab_file, encoding="utf-8") as f:
+            vocab = [line.rstrip("\n") for line in f]
+        config = {}
+        if (d / DENKI_CONFIG).is_file():
+            config = json.loads((d / DENKI_CONFIG).read_text(encoding="utf-8"))
+            if config.get("format", FORMAT_VERSION) > FORMAT_VERSION:
+                raise DenkiError(f"{d}: tokenizer format {config['format']} is newer than this denki supports")
+        return cls(vocab, config)
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write ``vocab.txt``, ``tokenizer_config.json`` (plain transformers loads it as BertJapaneseTokenizer),
+        ``special_tokens_map.json`` and ``denki_tokenizer.json``; each file written atomically."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(d / "vocab.txt", "\n".join(self.id_to_token) + "\n")
+        atomic_write_json(d / "tokenizer_config.json", {
+            "tokenizer_class": "BertJapaneseTokenizer",
+            "do_lower_case": False,
+            "word_tokenizer_type": "mecab",
+            "subword_tokenizer_type": "wordpiece",
+            "mecab_kwargs": {"mecab_dic": "unidic_lite"},
+            "model_max_length": self.model_max_length,
+            "unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK,
+        })
+        atomic_write_json(d / "special_tokens_map.json", {
+            "unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK})
+        cfg = {"format": FORMAT_VERSION, "normalization": "NFKC", "word_segmenter": "mecab (fugashi) + unidic-lite",
+               "subword": "wordpiece", "max_input_chars_per_word": MAX_INPUT_CHARS_PER_WORD,
+               "model_max_length": self.model_max_length, "vocab_size": self.vocab_size,
+               "fingerprint": self.fingerprint()}
+        cfg.update({k: v for k, v in self.config.items() if k not in cfg})
+        atomic_write_json(d / DENKI_CONFIG, cfg)
+
+
+def train_tokenizer(corpus_files: Sequence[str | os.PathLike], vocab_size: int = 8000, *,
+                    limit_alphabet: int = 2500, min_frequency: int = 2, model_max_length: int = 512,
+                    progress: bool = True) -> JapaneseTokenizer:
+    """Train a WordPiece vocabulary on MeCab words of the NFKC-normalised corpus (one paragraph per line).
+
+    ``limit_alphabet`` keeps the rarest characters out of the vocabulary (they become [UNK]); without it a small
+    Japanese vocabulary is spent almost entirely on single characters (see DESIGN.md facts).
+    """
+    import unicodedata
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from tqdm.auto import tqdm
+
+    from .textio import count_lines, iter_corpus, iter_lines
+
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise DenkiError(f"--vocab-size must be larger than {len(SPECIAL_TOKENS)}")
+    for f in corpus_files:  # validate every file up front (encoding errors name file:line) before the slow part
+        for _ in iter_lines(f):
+            pass
+    total = sum(count_lines(f) for f in corpus_files)
+    n_lines = 0
+
+    def words():
+        nonlocal n_lines
+        bar = tqdm(iter_corpus(list(corpus_files)), total=total, unit=" lines", desc="tokenizer: segment+count",
+                   disable=not progress)
+        for text in bar:
+            n_lines += 1
+            # Special-token literals are removed so they never enter the vocabulary as ordinary words.
+            text = _SPECIAL_RE.sub(" ", text)
+            yield " ".join(mecab_words(unicodedata.normalize("NFKC", text)))
+
+    tok = Tokenizer(models.WordPiece(unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                        special_tokens=SPECIAL_TOKENS, limit_alphabet=limit_alphabet,
+                                        continuing_subword_prefix="##", show_progress=False)
+    tok.train_from_iterator(words(), trainer=trainer, length=total)
+    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+    tokens = [t for t, _ in vocab]
+    config = {"model_max_length": model_max_length,
+              "train": {"vocab_size_requested": vocab_size, "limit_alphabet": limit_alphabet,
+                        "min_frequency": min_frequency, "lines": n_lines}}
+    return JapaneseTokenizer(tokens, config)
+
+
+def load_tokenizer(directory: str | os.PathLike) -> JapaneseTokenizer:
+    return JapaneseTokenizer.load(directory)

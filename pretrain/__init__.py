@@ -1,0 +1,1 @@
+"""Corpus → tokenized cache → RTD/MLM pretraining → discriminator bundle."""
