@@ -1,0 +1,62 @@
+"""The ``denki`` command line: one console script, one module per command group.
+
+Each ``app/cmd_*.py`` module exposes ``register(subparsers)``; heavy imports (torch, transformers, gradio) happen
+inside the handlers so that ``denki --help`` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from models.errors import DenkiError
+
+# Order = order in `denki --help`.
+COMMAND_MODULES = [
+    "app.cmd_tokenizer",
+    "app.cmd_finetune",
+]
+
+
+def _quiet_offline_env() -> None:
+    # No network at run time, no telemetry (README "Offline").
+    for k, v in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("GRADIO_ANALYTICS_ENABLED", "False"),
+                 ("ORT_DISABLE_TELEMETRY", "1"), ("TOKENIZERS_PARALLELISM", "false")):
+        os.environ.setdefault(k, v)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="denki",
+        description="denki (電気): Japanese ELECTRA kit — tokenizer, RTD pretraining, fine-tuning, ONNX export, "
+                    "serving and a demo, on your own corpus.",
+        epilog="Run `denki COMMAND --help` for a command's options.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_offline_env()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        # a group without a subcommand (e.g. `denki tokenizer`) prints its own help
+        (getattr(args, "_group_parser", None) or parser).print_help()
+        return 2
+    try:
+        return int(func(args) or 0)
+    except DenkiError as e:
+        print(f"denki: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("denki: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
