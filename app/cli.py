@@ -14,7 +14,9 @@ from models.errors import DenkiError
 
 # Order = order in `denki --help`.
 COMMAND_MODULES = [
+    "app.cmd_quickstart",
     "app.cmd_tokenizer",
+    "app.cmd_pretrain",
     "app.cmd_finetune",
 ]
 
@@ -33,6 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "serving and a demo, on your own corpus.",
         epilog="Run `denki COMMAND --help` for a command's options.",
     )
+    try:
+        from importlib.metadata import version
+
+        parser.add_argument("--version", action="version", version=f"denki {version('denki')}")
+    except Exception:  # running from a source tree without installation
+        pass
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

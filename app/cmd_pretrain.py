@@ -1,0 +1,86 @@
+"""`denki pretrain` (ELECTRA replaced-token detection or the MLM baseline) and `denki pretrain export`."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "pretrain", help="pretrain an ELECTRA discriminator (or an MLM baseline) on a corpus",
+        description="Pretrain on a Japanese corpus (UTF-8 .txt/.gz, one paragraph per line) with ELECTRA "
+                    "replaced-token detection (generator + discriminator, shared embeddings) or BERT-style MLM on "
+                    "the same encoder, until --steps or --max-flops is reached. Re-running the same command on "
+                    "the same --out resumes from the newest checkpoint. Writes OUT/metrics.jsonl, "
+                    "OUT/curves.png, OUT/summary.json and the model bundle OUT/bundle/. Multi-GPU: "
+                    "`torchrun --nproc_per_node N -m app.cli pretrain ...`.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.set_defaults(_group_parser=p, func=cmd_pretrain)
+    p.add_argument("--corpus", nargs="+", metavar="FILE", help="corpus files (.txt or .txt.gz)")
+    p.add_argument("--tokenizer", metavar="DIR", help="tokenizer directory (denki tokenizer train)")
+    p.add_argument("--size", choices=("tiny", "small", "base"), default="tiny")
+    p.add_argument("--objective", choices=("electra", "mlm"), default="electra")
+    p.add_argument("--out", metavar="DIR", help="run directory (checkpoints, metrics, bundle)")
+    p.add_argument("--max-flops", type=float, default=None, metavar="F",
+                   help="stop when cumulative training FLOPs reach F (e.g. 3.5e13)")
+    p.add_argument("--steps", type=int, default=None, help="number of optimizer steps (LR schedule length)")
+    p.add_argument("--batch-size", type=int, default=32, help="sequences per step (per process under torchrun)")
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: tiny 1e-3, small 5e-4, "
+                                                         "base 2e-4)")
+    p.add_argument("--warmup-steps", type=int, default=None, help="default: 10%% of the steps (≤ 10,000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--mask-prob", type=float, default=0.15, help="fraction of tokens masked (paper: 0.25 for large)")
+    p.add_argument("--gen-size", type=float, default=0.25, help="generator width as a fraction of the "
+                                                                "discriminator's")
+    p.add_argument("--disc-weight", type=float, default=50.0, help="λ: total = mlm + λ·disc")
+    p.add_argument("--log-every", type=int, default=10, help="steps between metrics.jsonl lines")
+    p.add_argument("--save-every", type=int, default=200, help="steps between checkpoints")
+    p.add_argument("--keep", type=int, default=3, help="checkpoints kept")
+    p.add_argument("--cache-dir", default=None, help="token cache (default ~/.cache/denki/corpus or $DENKI_CACHE)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--no-export", action="store_true", help="do not write OUT/bundle at the end")
+
+    psub = p.add_subparsers(dest="pretrain_command", metavar="SUBCOMMAND")
+    e = psub.add_parser("export", help="export a checkpoint's discriminator/encoder as a bundle",
+                        description="Write the discriminator (electra) or encoder (mlm) of a checkpoint as a "
+                                    "`pretrained` model bundle. --checkpoint: a step-… directory or a run "
+                                    "directory (its newest checkpoint).",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    e.add_argument("--checkpoint", required=True, metavar="DIR")
+    e.add_argument("--out", dest="export_out", required=True, metavar="DIR")
+    e.set_defaults(func=cmd_export)
+
+
+def cmd_pretrain(args) -> int:
+    from models.errors import DenkiError
+
+    missing = [f"--{k}" for k in ("corpus", "tokenizer", "out") if not getattr(args, k)]
+    if missing:
+        raise DenkiError(f"pretrain needs {', '.join(missing)} (see `denki pretrain --help`)")
+    from pretrain.train import PretrainConfig, run_pretrain
+
+    cfg = PretrainConfig(
+        corpus=list(args.corpus), tokenizer=args.tokenizer, out=args.out, size=args.size, objective=args.objective,
+        max_flops=args.max_flops, steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
+        seed=args.seed, device=args.device, mask_prob=args.mask_prob, gen_size=args.gen_size,
+        disc_weight=args.disc_weight, warmup_steps=args.warmup_steps, log_every=args.log_every,
+        save_every=args.save_every, keep=args.keep, cache_dir=args.cache_dir, compile=args.compile,
+        export=not args.no_export)
+    s = run_pretrain(cfg)
+    f = s.get("final") or {}
+    msg = (f"pretrain: {s['objective']}-{s['size']} {s['steps']} steps, {s['tokens']:,} tokens, "
+           f"{s['flops']:.3g} FLOPs, {s['wall_s']:.0f}s; gen_acc {f.get('gen_acc', 0):.3f}")
+    if f.get("disc_acc") is not None:
+        msg += (f", replace_rate {f['replace_rate']:.3f}, disc acc {f['disc_acc']:.3f} "
+                f"P {f['disc_precision']:.3f} R {f['disc_recall']:.3f}")
+    print(msg + f" → {s.get('bundle')}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from pretrain.export import export_from_checkpoint
+
+    m = export_from_checkpoint(args.checkpoint, args.export_out)
+    print(f"pretrain export: step {m['source']['steps']} → {args.export_out}")
+    return 0

@@ -1,0 +1,487 @@
+"""Fine-tuning a routing classifier (ELECTRA discriminator / MLM encoder / random init) and scoring it.
+
+Pieces, in the order ``denki finetune classify`` uses them:
+
+* :func:`encode_texts` — token ids with ``[CLS] … [SEP]``, truncated to ``max_length``;
+* :func:`length_batches` — dynamic padding with length-sorted batches (shuffled in buckets for training, fully
+  sorted for prediction) so little compute goes to padding;
+* :func:`train_one_seed` — ``ElectraForSequenceClassification``; AdamW with layer-wise LR decay (official
+  ELECTRA: 0.8), linear warmup + linear decay, optional class weights, bf16 autocast on CUDA, early stopping
+  on dev macro-F1 (the best epoch's weights are kept);
+* :func:`finetune` — several seeds, median-seed model kept, then the routing rule is fitted on dev
+  (:mod:`models.classify_calibration`), saved in ``task.json`` of a ``classifier`` bundle, and the report is
+  written (:mod:`models.classify_report`) next to a TF-IDF baseline.
+
+Torch is imported at module level: ``serve/`` must use :mod:`models.decision` / :mod:`models.classify_eval`.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .errors import DenkiError
+
+DEFAULT_LR_SMALL = 3e-4  # ELECTRA-Small / tiny (paper, Table 7); 1e-4 underfits tiny encoders badly (DESIGN.md)
+DEFAULT_LR_BASE = 1e-4   # ELECTRA-Base
+
+
+@dataclass
+class FinetuneConfig:
+    """Hyper-parameters of one fine-tuning run (all seeds share them)."""
+    epochs: int = 5
+    lr: float | None = None          # None → 3e-4 for hidden ≤ 256, else 1e-4
+    batch_size: int = 32
+    eval_batch_size: int = 128
+    max_length: int = 128
+    layer_decay: float = 0.8
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    patience: int = 2                # epochs without dev macro-F1 gain before stopping
+    class_weights: str = "none"      # none | balanced
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    device: str = "auto"
+    bf16: bool = True                # autocast on CUDA only
+    progress: bool = True
+
+
+def default_lr(hidden_size: int) -> float:
+    return DEFAULT_LR_SMALL if hidden_size <= 256 else DEFAULT_LR_BASE
+
+
+# ----------------------------------------------------------------------------------------------- encoding
+def encode_texts(tokenizer, texts: list[str], max_length: int, *, progress: bool = True,
+                 desc: str = "tokenize") -> tuple[list[np.ndarray], int]:
+    """Token ids per text (``[CLS] … [SEP]``, truncated); returns ``(ids, n_truncated)``."""
+    ids, n_trunc = [], 0
+    for t in tqdm(texts, desc=desc, unit="text", disable=not progress, leave=False, mininterval=1.0):
+        e = tokenizer.encode(t, max_length=max_length, truncation=True)
+        ids.append(np.asarray(e.ids, dtype=np.int64))
+        n_trunc += bool(e.overflow)
+    return ids, n_trunc
+
+
+def length_batches(lengths: list[int] | np.ndarray, batch_size: int, rng: random.Random | None = None,
+                   bucket_batches: int = 50) -> list[np.ndarray]:
+    """Index batches with similar lengths. With ``rng`` (training): shuffle, sort inside buckets of
+    ``bucket_batches`` batches, then shuffle the batch order — length-sorted yet random. Without (prediction):
+    one global sort."""
+    lengths = np.asarray(lengths)
+    n = len(lengths)
+    if rng is None:
+        order = np.argsort(-lengths, kind="stable")
+        return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+    perm = list(range(n))
+    rng.shuffle(perm)
+    perm = np.asarray(perm)
+    batches = []
+    size = batch_size * bucket_batches
+    for s in range(0, n, size):
+        chunk = perm[s:s + size]
+        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(ids: list[np.ndarray], batch: np.ndarray, pad_id: int, device) -> dict[str, torch.Tensor]:
+    """Pad the batch to its longest member → ``input_ids``, ``attention_mask``, ``token_type_ids`` ``(b, seq)``."""
+    n = max(len(ids[i]) for i in batch)
+    x = np.full((len(batch), n), pad_id, dtype=np.int64)
+    m = np.zeros((len(batch), n), dtype=np.int64)
+    for r, i in enumerate(batch):
+        x[r, :len(ids[i])] = ids[i]
+        m[r, :len(ids[i])] = 1
+    return {"input_ids": torch.from_numpy(x).to(device), "attention_mask": torch.from_numpy(m).to(device),
+            "token_type_ids": torch.zeros_like(torch.from_numpy(x)).to(device)}
+
+
+def _autocast(device: torch.device, bf16: bool):
+    if device.type == "cuda" and bf16:
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def predict_logits(model, ids: list[np.ndarray], *, pad_id: int = 0, batch_size: int = 128, device=None,
+                   bf16: bool = True, progress: bool = True, desc: str = "predict") -> np.ndarray:
+    """Logits ``(n, K)`` float32 in the input order (batches sorted by length internally)."""
+    device = device or next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out = np.zeros((len(ids), model.config.num_labels), dtype=np.float32)
+    batches = length_batches([len(x) for x in ids], batch_size)
+    for b in tqdm(batches, desc=desc, unit="batch", disable=not progress, leave=False, mininterval=1.0):
+        with _autocast(device, bf16):
+            logits = model(**collate(ids, b, pad_id, device)).logits
+        out[b] = logits.float().cpu().numpy()
+    model.train(was_training)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- models
+def make_model_factory(*, labels: list[str], bundle: str | None = None, random_size: str | None = None,
+                       vocab_size: int | None = None):
+    """A function ``seed → fresh ElectraForSequenceClassification`` from a bundle (``pretrained`` or
+    ``classifier``; the head is re-initialised when the label count differs) or from random init."""
+    from transformers import ElectraForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    from .bundle_torch import load_model
+    from .presets import electra_config
+    from .training import set_seed
+
+    id2label = dict(enumerate(labels))
+    label2id = {lab: i for i, lab in enumerate(labels)}
+
+    def make(seed: int):
+        set_seed(seed)  # the classifier head's init depends on it
+        if random_size is not None:
+            cfg = electra_config(random_size, vocab_size, num_labels=len(labels), id2label=id2label,
+                                 label2id=label2id)
+            return ElectraForSequenceClassification(cfg)
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # "some weights newly initialised" is expected for the head
+        try:
+            return load_model(bundle, ElectraForSequenceClassification, kinds=("pretrained", "classifier"),
+                              num_labels=len(labels), id2label=id2label, label2id=label2id,
+                              ignore_mismatched_sizes=True)
+        finally:
+            hf_logging.set_verbosity(verbosity)
+
+    return make
+
+
+def _dev_macro_f1(logits: np.ndarray, gold: np.ndarray, labels: list[str]) -> dict:
+    from .metrics import classification_metrics
+
+    m = classification_metrics(gold, logits.argmax(axis=1), labels)
+    return {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"]}
+
+
+def train_one_seed(make_model, seed: int, train_ids: list[np.ndarray], train_gold: np.ndarray,
+                   dev_ids: list[np.ndarray], dev_gold: np.ndarray, labels: list[str], cfg: FinetuneConfig,
+                   *, pad_id: int = 0) -> dict:
+    """Fine-tune one seed; return ``{seed, state (best epoch, CPU tensors), dev_logits, best_epoch, history,
+    seconds, lr, accuracy, macro_f1}``."""
+    from .training import build_optimizer, pick_device, set_seed, warmup_linear_schedule
+
+    device = pick_device(cfg.device)
+    model = make_model(seed).to(device)
+    set_seed(seed)
+    lr = cfg.lr if cfg.lr is not None else default_lr(model.config.hidden_size)
+    opt = build_optimizer(model, lr, weight_decay=cfg.weight_decay, layer_decay=cfg.layer_decay,
+                          num_layers=model.config.num_hidden_layers)
+    steps_per_epoch = math.ceil(len(train_ids) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    sched = warmup_linear_schedule(opt, int(cfg.warmup_ratio * total), total)
+    weight = None
+    if cfg.class_weights == "balanced":
+        counts = np.bincount(train_gold, minlength=len(labels)).astype(np.float64)
+        w = len(train_gold) / (len(labels) * np.maximum(counts, 1))
+        weight = torch.tensor(w, dtype=torch.float32, device=device)
+    loss_fn = torch.nn.CrossEntropyLoss(weight=weight)
+    gold_t = torch.from_numpy(np.asarray(train_gold, dtype=np.int64))
+    rng = random.Random(seed)
+    lengths = [len(x) for x in train_ids]
+    best = {"macro_f1": -1.0}
+    history, bad_epochs = [], 0
+    t0 = time.perf_counter()
+    model.train()
+    for epoch in range(1, cfg.epochs + 1):
+        losses = []
+        bar = tqdm(length_batches(lengths, cfg.batch_size, rng), desc=f"seed {seed} epoch {epoch}/{cfg.epochs}",
+                   unit="batch", disable=not cfg.progress, leave=False, mininterval=1.0)
+        for b in bar:
+            batch = collate(train_ids, b, pad_id, device)
+            with _autocast(device, cfg.bf16):
+                logits = model(**batch).logits
+            loss = loss_fn(logits.float(), gold_t[b].to(device))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(float(loss.detach()))
+            if len(losses) % 20 == 0:
+                bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+        dev_logits = predict_logits(model, dev_ids, pad_id=pad_id, batch_size=cfg.eval_batch_size, device=device,
+                                    bf16=cfg.bf16, progress=cfg.progress, desc="dev")
+        m = _dev_macro_f1(dev_logits, dev_gold, labels)
+        history.append({"epoch": epoch, "train_loss": float(np.mean(losses)) if losses else None, **m})
+        tqdm.write(f"seed {seed} epoch {epoch}: train loss {history[-1]['train_loss']:.4f}, dev macro-F1 "
+                   f"{m['macro_f1']:.4f}, accuracy {m['accuracy']:.4f} ({time.perf_counter() - t0:.0f}s)")
+        if m["macro_f1"] > best["macro_f1"]:
+            best = {**m, "epoch": epoch, "dev_logits": dev_logits,
+                    "state": {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}}
+            bad_epochs = 0
+        else:
+            bad_epochs += 1
+            if bad_epochs >= cfg.patience:
+                break
+    seconds = time.perf_counter() - t0
+    return {"seed": seed, "lr": lr, "state": best["state"], "dev_logits": best["dev_logits"],
+            "best_epoch": best["epoch"], "accuracy": best["accuracy"], "macro_f1": best["macro_f1"],
+            "history": history, "seconds": seconds, "epochs_run": len(history)}
+
+
+# ----------------------------------------------------------------------------------------------- the command
+def _subsample(data, n: int | None, seed: int = 0):
+    """Keep ``n`` random examples (``Random(seed)``, original order kept)."""
+    if n is None or n >= len(data):
+        return data
+    keep = sorted(random.Random(seed).sample(range(len(data)), n))
+    data.texts = [data.texts[i] for i in keep]
+    data.labels = [data.labels[i] for i in keep]
+    data.lines = [data.lines[i] for i in keep]
+    return data
+
+
+def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None = None,
+             init_random: str | None = None, tokenizer_dir: str | None = None, text_field: str = "text",
+             label_field: str = "label", cfg: FinetuneConfig | None = None,
+             target_precision: float | None = None, target_coverage: float | None = None,
+             min_recall: dict[str, float] | None = None, skip_empty: bool = False,
+             max_train_examples: int | None = None, baseline: bool = True, command: str | None = None) -> dict:
+    """Run ``denki finetune classify``; returns the report dict. Writes ``OUT/bundle`` (kind ``classifier``),
+    ``OUT/report.json``, ``OUT/report.md`` and the PNGs."""
+    from .bundle import command_line, read_manifest
+    from .classify_calibration import choose_threshold, fit_min_recall_offsets, fit_temperature, offsets_cost
+    from .classify_eval import evaluate_logits, label_indices
+    from .classify_report import write_report
+    from .fileio import atomic_write_text, sha256_file
+    from .records import check_label_sets, read_labelled
+    from .tokenizer import JapaneseTokenizer
+    from .training import median_index, pick_device
+
+    cfg = cfg or FinetuneConfig()
+    if (model is None) == (init_random is None):
+        raise DenkiError("give either --model BUNDLE or --init-random SIZE --tokenizer DIR")
+    if init_random is not None and not tokenizer_dir:
+        raise DenkiError("--init-random needs --tokenizer DIR (the vocabulary the random model will use)")
+    if target_precision is not None and target_coverage is not None:
+        raise DenkiError("give --target-precision or --target-coverage, not both")
+    for name, v in (("--target-precision", target_precision), ("--target-coverage", target_coverage)):
+        if v is not None and not 0 < v <= 1:
+            raise DenkiError(f"{name} must be in (0, 1], got {v}")
+    if not cfg.seeds:
+        raise DenkiError("--seeds must be at least 1")
+    out = Path(out_dir)
+    t_start = time.perf_counter()
+    parent = None
+    if model is not None:
+        model = str(resolve_bundle(model))
+        parent = read_manifest(model)  # clear error for a wrong path before reading data
+        if parent.get("kind") not in ("pretrained", "classifier"):
+            raise DenkiError(f"{model}: bundle kind is {parent.get('kind')!r}; fine-tuning needs a 'pretrained' "
+                             "(or 'classifier') PyTorch bundle")
+        tokenizer_dir = model
+
+    train = read_labelled(train_path, text_field, label_field, skip_empty=skip_empty)
+    n_train_total = len(train)
+    train = _subsample(train, max_train_examples)
+    dev = read_labelled(dev_path, text_field, label_field, skip_empty=skip_empty)
+    labels = check_label_sets(train, dev, label_field)
+    min_recall = dict(min_recall or {})
+    for lab in min_recall:
+        if lab not in labels:
+            raise DenkiError(f"--min-recall names label {lab!r}, which is not in the training labels {labels}")
+        if not 0 < min_recall[lab] <= 1:
+            raise DenkiError(f"--min-recall {lab}={min_recall[lab]}: the floor must be in (0, 1]")
+    train_gold = label_indices(train.labels, labels, train.path, train.lines, label_field)
+    dev_gold = label_indices(dev.labels, labels, dev.path, dev.lines, label_field)
+
+    tok = JapaneseTokenizer.load(tokenizer_dir)
+    train_ids, train_trunc = encode_texts(tok, train.texts, cfg.max_length, progress=cfg.progress,
+                                          desc="tokenize train")
+    dev_ids, dev_trunc = encode_texts(tok, dev.texts, cfg.max_length, progress=cfg.progress, desc="tokenize dev")
+    make_model = make_model_factory(labels=labels, bundle=model, random_size=init_random,
+                                    vocab_size=tok.vocab_size)
+
+    runs = []
+    for seed in cfg.seeds:
+        r = train_one_seed(make_model, seed, train_ids, train_gold, dev_ids, dev_gold, labels, cfg,
+                           pad_id=tok.pad_id)
+        runs.append(r)
+        print(f"seed {seed}: dev macro-F1 {r['macro_f1']:.4f} accuracy {r['accuracy']:.4f} "
+              f"(best epoch {r['best_epoch']}/{r['epochs_run']}, {r['seconds']:.0f}s)", flush=True)
+    k = median_index([r["macro_f1"] for r in runs])
+    chosen = runs[k]
+    dev_logits = chosen["dev_logits"].astype(np.float64)
+
+    # routing rule, fitted on dev (see classify_calibration for the order)
+    temperature = fit_temperature(dev_logits, dev_gold)
+    floors = {labels.index(lab): v for lab, v in min_recall.items()}
+    offsets, reached = fit_min_recall_offsets(dev_logits, dev_gold, floors)
+    idx = np.argmax(dev_logits + offsets[None, :], axis=1)
+    from .decision import softmax
+
+    score = softmax(dev_logits / temperature, axis=1)[np.arange(len(idx)), idx]
+    thr = choose_threshold(score, idx == dev_gold, target_precision=target_precision,
+                           target_coverage=target_coverage)
+    task = {
+        "task": "classify",
+        "labels": labels,
+        "human_label": "human",
+        "temperature": float(temperature),
+        "threshold": float(thr["threshold"]),
+        "offsets": [float(x) for x in offsets],
+        "max_length": cfg.max_length,
+        "text_field": text_field,
+        "label_field": label_field,
+        "abstention": thr,
+        "min_recall": {lab: {"floor": v, "reached_on_dev": reached[labels.index(lab)],
+                             "offset": float(offsets[labels.index(lab)])} for lab, v in min_recall.items()},
+        "decision_rule": "label = argmax(logits + offsets); scores = softmax(logits / temperature); "
+                         "score = scores[label]; route = human_label if score < threshold else label",
+    }
+    dev_eval = evaluate_logits(dev_logits, dev_gold, task, curves=True)
+
+    # rebuild the chosen model and save it as a classifier bundle
+    net = make_model(chosen["seed"])
+    net.load_state_dict(chosen["state"])
+    rng = random.Random(0)
+    sample = sorted(rng.sample(range(len(dev)), min(200, len(dev))))
+    # reference logits for the ONNX parity gate: the saved weights, fp32 on CPU (no bf16 autocast)
+    ref = predict_logits(net, [dev_ids[i] for i in sample], pad_id=tok.pad_id, batch_size=cfg.eval_batch_size,
+                         device=torch.device("cpu"), bf16=False, progress=False)
+    parity = {"text_field": text_field, "max_length": cfg.max_length,
+              "texts": [dev.texts[i] for i in sample], "labels": [dev.labels[i] for i in sample],
+              "logits": [[float(v) for v in row] for row in ref],
+              "note": "fp32 CPU PyTorch logits of the saved model at this max_length; for ONNX parity checks"}
+    device_name = str(pick_device(cfg.device))
+    source = {
+        "command": command or command_line(),
+        "parent": ({"path": str(model), "kind": parent.get("kind"), "created": parent.get("created"),
+                    "source": parent.get("source")} if parent else {"init": "random", "size": init_random}),
+        "train": {"path": str(train_path), "sha256": sha256_file(train_path), "n": len(train),
+                  "n_in_file": n_train_total},
+        "dev": {"path": str(dev_path), "sha256": sha256_file(dev_path), "n": len(dev)},
+        "seeds": list(cfg.seeds), "chosen_seed": chosen["seed"], "config": asdict(cfg), "device": device_name,
+    }
+    bundle_metrics = {k2: dev_eval[k2] for k2 in ("accuracy", "macro_f1", "ece", "ece_uncalibrated",
+                                                  "abstain_rate", "accuracy_non_abstained")}
+    from .bundle_torch import save_bundle
+
+    out.mkdir(parents=True, exist_ok=True)
+    save_bundle(net, tokenizer_dir, out / "bundle", "classifier", source=source, metrics=bundle_metrics,
+                extra_files={"task.json": task, "parity_sample.json": parity})
+    if train.skipped or dev.skipped:
+        import json
+
+        rows = [{"file": train.path, **s} for s in train.skipped] + [{"file": dev.path, **s} for s in dev.skipped]
+        atomic_write_text(out / "skipped_rows.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+    base = None
+    if baseline:
+        from .classify_baseline import tfidf_baseline
+
+        print("TF-IDF baseline …", flush=True)
+        base = tfidf_baseline(train.texts, train_gold, dev.texts, dev_gold, labels)
+
+    seeds_f1 = [r["macro_f1"] for r in runs]
+    seeds_acc = [r["accuracy"] for r in runs]
+    report = {
+        "command": source["command"],
+        "model": source["parent"],
+        "labels": labels,
+        "data": {"train": {**source["train"], "truncated": train_trunc, "skipped": len(train.skipped),
+                           "label_counts": {lab: int((train_gold == i).sum()) for i, lab in enumerate(labels)}},
+                 "dev": {**source["dev"], "truncated": dev_trunc, "skipped": len(dev.skipped),
+                         "label_counts": {lab: int((dev_gold == i).sum()) for i, lab in enumerate(labels)}},
+                 "text_field": text_field, "label_field": label_field},
+        "config": {**asdict(cfg), "lr": chosen["lr"]},
+        "device": device_name,
+        "seeds": [{k2: r[k2] for k2 in ("seed", "macro_f1", "accuracy", "best_epoch", "epochs_run", "seconds",
+                                        "history")} for r in runs],
+        "seed_summary": {"macro_f1_median": float(np.median(seeds_f1)), "macro_f1_min": float(min(seeds_f1)),
+                         "macro_f1_max": float(max(seeds_f1)), "macro_f1_std": float(np.std(seeds_f1)),
+                         "accuracy_median": float(np.median(seeds_acc)), "accuracy_min": float(min(seeds_acc)),
+                         "accuracy_max": float(max(seeds_acc)), "chosen_seed": chosen["seed"]},
+        "dev": dev_eval,
+        "task": task,
+        "min_recall_cost": offsets_cost(dev_logits, dev_gold, offsets, labels) if min_recall else None,
+        "baseline": base,
+        "training_seconds": float(sum(r["seconds"] for r in runs)),
+        "total_seconds": float(time.perf_counter() - t_start),
+        "bundle": str(out / "bundle"),
+    }
+    write_report(report, out)
+    return report
+
+
+# ----------------------------------------------------------------------------------------------- evaluation
+def resolve_bundle(path: str | os.PathLike) -> Path:
+    """A run directory of ``finetune classify`` holds the bundle in ``bundle/``; accept either."""
+    p = Path(path)
+    if not (p / "manifest.json").is_file() and (p / "bundle" / "manifest.json").is_file():
+        return p / "bundle"
+    return p
+
+
+def torch_logits_fn(bundle_dir: Path, *, device: str = "auto", batch_size: int = 128, progress: bool = True):
+    """``texts → logits (n, K)`` with the bundle's PyTorch model (tokenised with the bundle's tokenizer)."""
+    from transformers import ElectraForSequenceClassification
+
+    from .bundle import read_task
+    from .bundle_torch import load_model
+    from .tokenizer import JapaneseTokenizer
+    from .training import pick_device
+
+    task = read_task(bundle_dir)
+    dev = pick_device(device)
+    net = load_model(bundle_dir, ElectraForSequenceClassification, kinds=("classifier",)).to(dev)
+    tok = JapaneseTokenizer.load(bundle_dir)
+
+    def fn(texts: list[str]) -> np.ndarray:
+        ids, _ = encode_texts(tok, texts, int(task.get("max_length", 128)), progress=progress)
+        # fp32 even on CUDA: evaluation should match the ONNX fp32 path, and inference is cheap
+        return predict_logits(net, ids, pad_id=tok.pad_id, batch_size=batch_size, device=dev, bf16=False,
+                              progress=progress)
+
+    return fn
+
+
+def evaluate(model_dir: str, data_path: str, *, text_field: str | None = None, label_field: str | None = None,
+             device: str = "auto", batch_size: int = 128, skip_empty: bool = False, progress: bool = True) -> dict:
+    """``denki evaluate classify``: score a labelled file with the bundle's routing rule."""
+    from .bundle import read_manifest, read_task
+    from .classify_eval import evaluate_logits, label_indices
+    from .records import read_labelled
+
+    bundle_dir = resolve_bundle(model_dir)
+    manifest = read_manifest(bundle_dir)
+    kind = manifest.get("kind")
+    task = read_task(bundle_dir)
+    if not task.get("labels"):
+        raise DenkiError(f"{bundle_dir}: no task.json with labels; is this a classifier bundle?")
+    text_field = text_field or task.get("text_field", "text")
+    label_field = label_field or task.get("label_field", "label")
+    data = read_labelled(data_path, text_field, label_field, skip_empty=skip_empty)
+    gold = label_indices(data.labels, task["labels"], data.path, data.lines, label_field)
+    if kind == "classifier":
+        fn = torch_logits_fn(bundle_dir, device=device, batch_size=batch_size, progress=progress)
+    elif kind == "onnx-classifier":
+        try:
+            from serve.onnx_classifier import onnx_logits_fn  # provided by the ONNX export issue
+        except ImportError:
+            raise DenkiError(f"{bundle_dir}: ONNX classifier bundles need the ONNX runtime module "
+                             "(serve.onnx_classifier.onnx_logits_fn), which is not installed in this version") from None
+        fn = onnx_logits_fn(bundle_dir)
+    else:
+        raise DenkiError(f"{bundle_dir}: bundle kind is {kind!r}; expected 'classifier' or 'onnx-classifier'")
+    t0 = time.perf_counter()
+    logits = fn(data.texts)
+    res = evaluate_logits(logits, gold, task)
+    res.update({"model": str(bundle_dir), "kind": kind, "data": str(data_path), "text_field": text_field,
+                "label_field": label_field, "skipped": len(data.skipped), "seconds": time.perf_counter() - t0})
+    return res

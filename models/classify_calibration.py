@@ -1,0 +1,142 @@
+"""Fitting the routing rule's parameters on dev logits (numpy only): temperature scaling, per-class offsets for
+must-not-miss classes, and the abstention threshold. The rule itself is :mod:`models.decision`.
+
+Order used by ``denki finetune classify`` (each step sees the previous steps' result):
+
+1. temperature ``T`` minimising dev NLL of ``softmax(z / T)`` (Guo et al. 2017);
+2. offsets ``b`` so each must-not-miss class reaches its recall floor with ``argmax(z + b)`` on dev (full
+   coverage: a "human" route is not counted as a hit — a floor is met by the model's own decision);
+3. threshold ``t`` on ``score = softmax(z / T)[argmax(z + b)]`` to reach the target precision (accuracy of the
+   non-abstained part) with the largest coverage, or the target coverage.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .decision import softmax
+from .metrics import classification_metrics, nll
+
+EPS = 1e-6
+
+
+def fit_temperature(logits: np.ndarray, gold: np.ndarray, *, lo: float = 0.05, hi: float = 20.0,
+                    iters: int = 80) -> float:
+    """The temperature in ``[lo, hi]`` minimising the NLL of ``softmax(logits / T)`` on ``gold``.
+
+    NLL is convex in ``beta = 1/T`` (log-sum-exp of a linear function minus a linear term), so a golden-section
+    search on ``beta`` finds the optimum without torch."""
+    z = np.asarray(logits, dtype=np.float64)
+    gold = np.asarray(gold, dtype=np.int64)
+
+    def f(beta: float) -> float:
+        return nll(softmax(z * beta, axis=1), gold)
+
+    a, b = 1.0 / hi, 1.0 / lo
+    g = (math.sqrt(5) - 1) / 2
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iters):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(d)
+    beta = (a + b) / 2
+    # never return something worse than no scaling
+    return 1.0 / beta if f(beta) <= f(1.0) else 1.0
+
+
+def fit_min_recall_offsets(logits: np.ndarray, gold: np.ndarray, floors: dict[int, float], *,
+                           max_rounds: int = 50) -> tuple[np.ndarray, dict[int, bool]]:
+    """Smallest non-negative logit offsets so that each class ``c`` in ``floors`` reaches recall
+    ``floors[c]`` under ``argmax(logits + offsets)`` on ``(logits, gold)``.
+
+    Raising ``b_c`` only ever turns predictions *into* ``c``, so class ``c``'s recall is monotone in ``b_c``
+    and the needed offset is an order statistic of the examples' margins. Raising one class can lower another
+    protected class's recall, so the classes are revisited until nothing changes. Returns ``(offsets (K,),
+    {class: floor reached})``."""
+    z = np.asarray(logits, dtype=np.float64)
+    gold = np.asarray(gold, dtype=np.int64)
+    k_labels = z.shape[1]
+    b = np.zeros(k_labels)
+    for _ in range(max_rounds):
+        changed = False
+        for c, floor in floors.items():
+            m = gold == c
+            n_c = int(m.sum())
+            if n_c == 0 or floor <= 0:
+                continue
+            zc = z[m] + b[None, :]
+            others = zc.copy()
+            others[:, c] = -np.inf
+            # b_c must exceed this margin for class c to win the argmax (ties go to the lower index; EPS avoids them)
+            need = np.sort(others.max(axis=1) - z[m, c])
+            k = min(n_c, max(1, math.ceil(floor * n_c - 1e-9)))
+            want = max(0.0, float(need[k - 1]) + EPS)
+            if want > b[c] + 1e-12:
+                b[c] = want
+                changed = True
+        if not changed:
+            break
+    pred = np.argmax(z + b[None, :], axis=1)
+    reached = {}
+    for c, floor in floors.items():
+        m = gold == c
+        reached[c] = bool(m.sum() == 0 or (pred[m] == c).mean() >= floor - 1e-9)
+    return b, reached
+
+
+def choose_threshold(score: np.ndarray, correct: np.ndarray, *, target_precision: float | None = None,
+                     target_coverage: float | None = None) -> dict:
+    """Abstention threshold ``t`` (keep examples with ``score >= t``) chosen on dev.
+
+    With ``target_precision``: the lowest threshold (largest coverage) whose kept part has accuracy ≥ target;
+    if no threshold reaches it, the one with the best kept accuracy (``reached: false``). With
+    ``target_coverage``: the highest threshold that still keeps at least that fraction. With neither: 0 (never
+    abstain). Returns ``{threshold, coverage, precision, reached, mode, target}`` (dev figures)."""
+    score = np.asarray(score, dtype=np.float64)
+    correct = np.asarray(correct, dtype=np.float64)
+    n = len(score)
+    if target_precision is None and target_coverage is None or n == 0:
+        return {"mode": "none", "target": None, "threshold": 0.0, "coverage": 1.0,
+                "precision": float(correct.mean()) if n else 0.0, "reached": True}
+    order = np.argsort(-score, kind="stable")
+    s = score[order]
+    cum = np.cumsum(correct[order])
+    # candidate cut points: the last index of every run of equal scores (a threshold keeps a whole tie group)
+    last = np.flatnonzero(np.r_[s[1:] != s[:-1], True])
+    kept = last + 1
+    prec = cum[last] / kept
+    cov = kept / n
+    if target_precision is not None:
+        ok = np.flatnonzero(prec >= target_precision - 1e-12)
+        if len(ok):
+            j, reached = int(ok[-1]), True
+        else:
+            best = prec.max()
+            j, reached = int(np.flatnonzero(prec >= best - 1e-12)[-1]), False
+        mode, target = "precision", float(target_precision)
+    else:
+        ok = np.flatnonzero(cov >= target_coverage - 1e-12)
+        j, reached = int(ok[0]), True
+        mode, target = "coverage", float(target_coverage)
+    return {"mode": mode, "target": target, "threshold": float(s[last[j]]), "coverage": float(cov[j]),
+            "precision": float(prec[j]), "reached": reached}
+
+
+def offsets_cost(logits: np.ndarray, gold: np.ndarray, offsets: np.ndarray, labels: list[str]) -> dict:
+    """What the offsets cost on dev at full coverage: metrics without and with them, and per-class deltas."""
+    z = np.asarray(logits, dtype=np.float64)
+    before = classification_metrics(gold, np.argmax(z, axis=1), labels)
+    after = classification_metrics(gold, np.argmax(z + offsets[None, :], axis=1), labels)
+    per = {lab: {k: after["per_class"][lab][k] - before["per_class"][lab][k] for k in ("precision", "recall", "f1")}
+           for lab in labels}
+    return {"accuracy_before": before["accuracy"], "accuracy_after": after["accuracy"],
+            "macro_f1_before": before["macro_f1"], "macro_f1_after": after["macro_f1"],
+            "per_class_delta": per,
+            "per_class_before": before["per_class"], "per_class_after": after["per_class"]}

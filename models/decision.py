@@ -1,0 +1,74 @@
+"""The routing decision rule of a classifier bundle — numpy only, the single implementation that the PyTorch
+evaluation, the ONNX runtime (``serve/``) and the demo all call.
+
+The rule's parameters live in the bundle's ``task.json`` (written by ``denki finetune classify``)::
+
+    {"labels": [...], "temperature": T, "threshold": t, "offsets": [b_0, ..., b_{K-1}], "human_label": "human", ...}
+
+For one example with logits ``z`` (shape ``(K,)``):
+
+1. ``label = argmax(z + offsets)``   — per-class offsets (0 for most classes) protect must-not-miss classes;
+2. ``scores = softmax(z / T)``       — temperature-scaled (calibrated) probabilities, *without* the offsets;
+3. ``score = scores[label]``;
+4. ``route = human_label if score < threshold else label`` — abstain (send to a person) when unsure.
+
+Ties in step 1 go to the lower class index (``numpy.argmax``). A missing key means "no effect": temperature 1,
+threshold 0 (never abstain), offsets 0.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+HUMAN = "human"
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Numerically stable softmax (float64)."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x - x.max(axis=axis, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def rule_params(task: dict, n_labels: int) -> tuple[float, float, np.ndarray]:
+    """``(temperature, threshold, offsets)`` from ``task`` with the documented defaults; validates shapes."""
+    temperature = float(task.get("temperature", 1.0) or 1.0)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    threshold = float(task.get("threshold", 0.0) or 0.0)
+    offsets = np.asarray(task.get("offsets") or [0.0] * n_labels, dtype=np.float64)
+    if offsets.shape != (n_labels,):
+        raise ValueError(f"task has {offsets.shape[0]} offsets for {n_labels} logits")
+    return temperature, threshold, offsets
+
+
+def decide(logits: np.ndarray, task: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised rule. ``logits``: ``(batch, K)``. Returns ``(label_idx (batch,), score (batch,),
+    probs (batch, K), abstain (batch,) bool)``."""
+    z = np.asarray(logits, dtype=np.float64)
+    if z.ndim != 2:
+        raise ValueError(f"logits must be (batch, n_labels), got shape {z.shape}")
+    temperature, threshold, offsets = rule_params(task, z.shape[1])
+    idx = np.argmax(z + offsets[None, :], axis=1)
+    probs = softmax(z / temperature, axis=1)
+    score = probs[np.arange(len(idx)), idx]
+    abstain = score < threshold
+    return idx, score, probs, abstain
+
+
+def route(logits: np.ndarray, task: dict) -> list[dict]:
+    """Apply the bundle's rule to ``logits`` ``(batch, n_labels)`` → one dict per example:
+    ``{"label": best department, "score": its calibrated probability, "scores": {label: prob},
+    "route": label or "human"}``."""
+    labels = list(task["labels"])
+    human = task.get("human_label", HUMAN)
+    idx, score, probs, abstain = decide(logits, task)
+    if probs.shape[1] != len(labels):
+        raise ValueError(f"logits have {probs.shape[1]} columns, task has {len(labels)} labels")
+    out = []
+    for i in range(len(idx)):
+        lab = labels[int(idx[i])]
+        out.append({"label": lab, "score": float(score[i]),
+                    "scores": {labels[k]: float(probs[i, k]) for k in range(len(labels))},
+                    "route": human if abstain[i] else lab})
+    return out

@@ -1,0 +1,73 @@
+"""Export the discriminator (ELECTRA) or the encoder (MLM baseline) as a ``pretrained`` bundle.
+
+* ELECTRA → ``ElectraForPreTraining`` (keeps the replaced-token-detection head; ``architectures`` =
+  ``["ElectraForPreTraining"]``).
+* MLM → ``ElectraForMaskedLM`` of the discriminator's size (``architectures`` = ``["ElectraForMaskedLM"]``).
+
+Both load with ``transformers.AutoModel.from_pretrained(BUNDLE)`` (→ ``ElectraModel``) and
+``ElectraForSequenceClassification.from_pretrained(BUNDLE)`` (its ``electra.*`` weights; the head is new).
+The generator is not exported (it is a training device only).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from models.errors import DenkiError
+
+
+def export_bundle(model, tokenizer_dir, out_dir, *, source: dict, metrics: dict) -> dict:
+    """``model``: the HF model to export (``pretrainer.export_model``). Returns the manifest."""
+    from models.bundle_torch import save_bundle
+
+    model.config.architectures = [type(model).__name__]
+    return save_bundle(model, tokenizer_dir, out_dir, "pretrained", source=source, metrics=metrics)
+
+
+def _resolve_checkpoint(path: Path) -> Path:
+    from .checkpoint import STATE, latest_checkpoint
+
+    if (path / STATE).is_file():
+        return path
+    last = latest_checkpoint(path)
+    if last is None:
+        raise DenkiError(f"{path}: neither a checkpoint (no state.json) nor a run directory with checkpoints")
+    return last
+
+
+def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
+    """Rebuild the model from a checkpoint (a ``step-…`` directory, or a run directory → its newest checkpoint)
+    and export it. The tokenizer comes from the run directory's ``tokenizer/`` copy."""
+    import json
+
+    from transformers import ElectraConfig
+
+    from .checkpoint import load_checkpoint, read_state
+    from .model import build_pretrainer
+    from .train import _bundle_metrics, read_metrics
+
+    ckpt = _resolve_checkpoint(Path(checkpoint))
+    run_dir = ckpt.parent.parent
+    state = read_state(ckpt)
+    mc = state["model_config"]
+    disc_cfg = ElectraConfig(**{k: v for k, v in mc["disc"].items() if k != "model_type"})
+    gen_cfg = ElectraConfig(**{k: v for k, v in mc["gen"].items() if k != "model_type"}) if mc["gen"] else None
+    model = build_pretrainer(mc["objective"], disc_cfg, gen_cfg, mc.get("disc_weight", 50.0))
+    load_checkpoint(ckpt, model, restore_rng_states=False)
+    tok_dir = run_dir / "tokenizer"
+    run = json.loads((run_dir / "run.json").read_text(encoding="utf-8")) if (run_dir / "run.json").is_file() else {}
+    if not (tok_dir / "vocab.txt").is_file():
+        tok_dir = Path(run.get("tokenizer_dir", ""))
+    rows = [r for r in read_metrics(run_dir) if r["step"] <= state["step"]]
+    ident = state.get("identity", {})
+    summary = {"steps": state["step"], "tokens": state["tokens"], "flops": state["flops"], "wall_s": state["wall_s"],
+               "final": rows[-1] if rows else {}}
+    from models.bundle import command_line
+
+    source = {"objective": mc["objective"], "size": ident.get("size"), "checkpoint": str(ckpt),
+              "corpus": [{"path": p, "sha256": s} for p, s in zip(run.get("corpus", []),
+                                                                  ident.get("corpus_sha256", []))],
+              "tokenizer": ident.get("tokenizer"), "seed": ident.get("seed"), "steps": state["step"],
+              "tokens": state["tokens"], "flops": state["flops"], "max_flops": ident.get("max_flops"),
+              "command": command_line()}
+    return export_bundle(model.export_model, tok_dir, out_dir, source=source, metrics=_bundle_metrics(summary))

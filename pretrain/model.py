@@ -1,0 +1,123 @@
+"""The two pretraining objectives, built from transformers' ELECTRA pieces so that export is ``save_pretrained``.
+
+* :class:`RTDPretrainer` (ELECTRA): a small generator (``ElectraForMaskedLM`` at ``gen_size`` × the
+  discriminator's hidden/heads/FFN, same depth) and the discriminator (``ElectraForPreTraining``). The
+  generator's embeddings module *is* the discriminator's (token + position + type embeddings and their
+  LayerNorm), and the generator's output layer is tied to the shared token embeddings.
+* :class:`MLMPretrainer` (baseline): an ``ElectraForMaskedLM`` of the discriminator's size, BERT-style MLM.
+
+Losses (choices follow the official implementation; "mean" everywhere):
+
+* generator / MLM loss: cross-entropy averaged over the masked positions of the batch;
+* discriminator loss: sigmoid cross-entropy averaged over all non-pad positions of the batch ([CLS]/[SEP]
+  included, as the official code which weights by the input mask);
+* total = mlm + λ · disc (λ = ``disc_weight``, 50 in the paper).
+
+The generator's LM head runs only on the masked positions (``(M, V)`` logits instead of ``(B·L, V)``), which is
+what makes the RTD step cheap. Replacements are drawn with the Gumbel-max trick on fp32 logits under
+``torch.no_grad`` — no gradient flows from the discriminator into the generator, as in the paper.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def gumbel_sample(logits: torch.Tensor) -> torch.Tensor:
+    """One sample per row of ``(M, V)`` logits: ``argmax(logits + Gumbel noise)`` in fp32, no gradient."""
+    with torch.no_grad():
+        logits = logits.detach().float()
+        u = torch.rand_like(logits)
+        gumbel = -torch.log(-torch.log(u.clamp_min(1e-9)).clamp_min(1e-9))
+        return (logits + gumbel).argmax(dim=-1)
+
+
+class RTDPretrainer(nn.Module):
+    """Generator + discriminator with shared embeddings. ``forward`` returns a dict of scalar tensors."""
+
+    objective = "electra"
+
+    def __init__(self, disc_config, gen_config, disc_weight: float = 50.0):
+        super().__init__()
+        from transformers import ElectraForMaskedLM, ElectraForPreTraining
+
+        self.discriminator = ElectraForPreTraining(disc_config)
+        self.generator = ElectraForMaskedLM(gen_config)
+        # share the embeddings module (token, position, type embeddings + LayerNorm) ...
+        self.generator.electra.embeddings = self.discriminator.electra.embeddings
+        # ... and tie the generator's output layer to the shared token embeddings
+        self.generator.generator_lm_head.weight = self.discriminator.electra.embeddings.word_embeddings.weight
+        self.disc_weight = float(disc_weight)
+        self.sampler = gumbel_sample  # replaceable in tests
+
+    @property
+    def export_model(self):
+        return self.discriminator
+
+    def generator_logits(self, input_ids, attention_mask, positions) -> torch.Tensor:
+        """``(M, V)`` logits at the ``M`` masked positions only (row-major order of ``positions``)."""
+        hidden = self.generator.electra(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        h = hidden[positions]  # (M, H_gen)
+        return self.generator.generator_lm_head(self.generator.generator_predictions(h))
+
+    def forward(self, original_ids, masked_ids, positions, attention_mask) -> dict[str, torch.Tensor]:
+        """All ``(B, L)``: original ids, generator input, bool masked positions, attention mask (1 = token)."""
+        targets = original_ids[positions]                       # (M,)
+        logits = self.generator_logits(masked_ids, attention_mask, positions)
+        mlm_loss = F.cross_entropy(logits.float(), targets)
+        sampled = self.sampler(logits)                          # (M,), no grad
+        disc_input = original_ids.clone()
+        disc_input[positions] = sampled
+        # a sampled token equal to the original is labelled "original"
+        nonpad = attention_mask.bool()
+        labels = (disc_input != original_ids) & nonpad          # (B, L) bool
+        hidden = self.discriminator.electra(input_ids=disc_input, attention_mask=attention_mask).last_hidden_state
+        disc_logits = self.discriminator.discriminator_predictions(hidden)  # (B, L)
+        per_tok = F.binary_cross_entropy_with_logits(disc_logits.float(), labels.float(), reduction="none")
+        disc_loss = (per_tok * nonpad).sum() / nonpad.sum()
+        loss = mlm_loss + self.disc_weight * disc_loss
+        with torch.no_grad():
+            pred = (disc_logits > 0) & nonpad
+            stats = {
+                "n_masked": positions.sum(), "gen_correct": (logits.argmax(-1) == targets).sum(),
+                "n_nonpad": nonpad.sum(), "n_replaced": labels.sum(),
+                "disc_correct": ((pred == labels) & nonpad).sum(), "disc_tp": (pred & labels).sum(),
+                "disc_pred_pos": pred.sum(),
+            }
+        return {"loss": loss, "mlm_loss": mlm_loss.detach(), "disc_loss": disc_loss.detach(), **stats}
+
+
+class MLMPretrainer(nn.Module):
+    """BERT-style MLM on an encoder of the discriminator's size (``ElectraForMaskedLM``, head tied)."""
+
+    objective = "mlm"
+
+    def __init__(self, disc_config):
+        super().__init__()
+        from transformers import ElectraForMaskedLM
+
+        self.mlm = ElectraForMaskedLM(disc_config)
+        self.mlm.generator_lm_head.weight = self.mlm.electra.embeddings.word_embeddings.weight
+
+    @property
+    def export_model(self):
+        return self.mlm
+
+    def forward(self, original_ids, masked_ids, positions, attention_mask) -> dict[str, torch.Tensor]:
+        targets = original_ids[positions]
+        hidden = self.mlm.electra(input_ids=masked_ids, attention_mask=attention_mask).last_hidden_state
+        logits = self.mlm.generator_lm_head(self.mlm.generator_predictions(hidden[positions]))
+        loss = F.cross_entropy(logits.float(), targets)
+        with torch.no_grad():
+            stats = {"n_masked": positions.sum(), "gen_correct": (logits.argmax(-1) == targets).sum(),
+                     "n_nonpad": attention_mask.sum()}
+        return {"loss": loss, "mlm_loss": loss.detach(), **stats}
+
+
+def build_pretrainer(objective: str, disc_config, gen_config=None, disc_weight: float = 50.0) -> nn.Module:
+    if objective == "electra":
+        return RTDPretrainer(disc_config, gen_config, disc_weight)
+    if objective == "mlm":
+        return MLMPretrainer(disc_config)
+    raise ValueError(f"unknown objective {objective!r}")

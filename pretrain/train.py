@@ -1,0 +1,475 @@
+"""The pretraining loop: resumable, FLOP-budgeted, single process or DDP (torchrun).
+
+Layout of a run directory ``OUT``::
+
+    run.json          the settings that define the run (a resume with different ones is refused)
+    tokenizer/        copy of the tokenizer (the run does not depend on the original directory any more)
+    checkpoints/      step-XXXXXXXX/ (see checkpoint.py), newest few kept
+    metrics.jsonl     one JSON line every ``log_every`` steps (and at the last step)
+    summary.json      written at the end ("finished": true)
+    curves.png        loss, gen_acc, replace_rate, disc P/R vs FLOPs
+    bundle/           the exported discriminator (ELECTRA) / encoder (MLM) as a ``pretrained`` bundle
+
+Reproducibility: the data order is a pure function of (seed, step) (see data.PackedSequences); masking, dropout
+and Gumbel noise use the global torch RNG, whose state is checkpointed. On CPU a killed-and-resumed run ends with
+parameters identical to an uninterrupted one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.errors import DenkiError
+from models.fileio import atomic_write_json, atomic_write_text
+
+from . import checkpoint as ck
+from .data import PackedSequences, build_token_cache, file_sha256
+from .flops import expected_masked, step_flops
+from .masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
+from .model import build_pretrainer
+
+DEFAULT_LR = {"tiny": 1e-3, "small": 5e-4, "base": 2e-4}
+# settings that define a run: changing any of them on resume is an error
+IDENTITY_KEYS = ("corpus_sha256", "tokenizer", "size", "objective", "batch_size", "seq_len", "lr", "seed",
+                 "mask_prob", "gen_size", "disc_weight", "max_flops", "steps", "warmup_steps", "weight_decay",
+                 "world_size")
+
+
+@dataclass
+class PretrainConfig:
+    corpus: list[str]
+    tokenizer: str
+    out: str
+    size: str = "tiny"
+    objective: str = "electra"
+    max_flops: float | None = None
+    steps: int | None = None
+    batch_size: int = 32
+    seq_len: int = 128
+    lr: float | None = None
+    seed: int = 0
+    device: str = "auto"
+    mask_prob: float = 0.15
+    gen_size: float = 0.25
+    disc_weight: float = 50.0
+    warmup_steps: int | None = None
+    weight_decay: float = 0.01
+    log_every: int = 10
+    save_every: int = 200
+    keep: int = 3
+    cache_dir: str | None = None
+    compile: bool = False
+    progress: bool = True
+    export: bool = True
+    extra: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------ distributed
+def _dist_env() -> tuple[int, int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def _init_distributed(device_name: str):
+    from models.training import pick_device
+
+    rank, world, local = _dist_env()
+    device = pick_device(device_name)
+    if world > 1:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        if device.type == "cuda":
+            device = torch.device("cuda", local)
+            torch.cuda.set_device(device)
+    return rank, world, device
+
+
+def _barrier(world: int) -> None:
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def _all_reduce(t: torch.Tensor, world: int) -> torch.Tensor:
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.all_reduce(t)
+    return t
+
+
+# ------------------------------------------------------------------------------------------------ planning
+def plan_steps(cfg: PretrainConfig, disc_cfg, gen_cfg, world: int) -> int:
+    """Number of optimizer steps the LR schedule spans: ``--steps``, or enough to spend ``--max-flops``."""
+    if cfg.steps is None and cfg.max_flops is None:
+        raise DenkiError("give --steps N and/or --max-flops F (the training budget)")
+    candidates = []
+    if cfg.steps is not None:
+        candidates.append(int(cfg.steps))
+    if cfg.max_flops is not None:
+        per = step_flops(cfg.objective, disc_cfg, gen_cfg, cfg.batch_size * world, cfg.seq_len,
+                         expected_masked(cfg.batch_size * world, cfg.seq_len, cfg.mask_prob))
+        candidates.append(max(1, math.ceil(cfg.max_flops / per)))
+    return max(1, min(candidates))
+
+
+def _identity(cfg: PretrainConfig, shas: list[str], tok_fp: str, world: int, lr: float, warmup: int | None) -> dict:
+    return {"corpus_sha256": shas, "tokenizer": tok_fp, "size": cfg.size, "objective": cfg.objective,
+            "batch_size": cfg.batch_size, "seq_len": cfg.seq_len, "lr": lr, "seed": cfg.seed,
+            "mask_prob": cfg.mask_prob, "gen_size": cfg.gen_size if cfg.objective == "electra" else None,
+            "disc_weight": cfg.disc_weight if cfg.objective == "electra" else None, "max_flops": cfg.max_flops,
+            "steps": cfg.steps, "warmup_steps": warmup, "weight_decay": cfg.weight_decay, "world_size": world}
+
+
+def _check_same_run(out: Path, ident: dict) -> None:
+    p = out / "run.json"
+    if not p.is_file():
+        return
+    prev = json.loads(p.read_text(encoding="utf-8")).get("identity", {})
+    diffs = [f"{k}: {prev.get(k)!r} → {ident.get(k)!r}" for k in IDENTITY_KEYS if prev.get(k) != ident.get(k)]
+    if diffs:
+        raise DenkiError(f"{out} holds a run with different settings ({'; '.join(diffs)}); "
+                         "use a new --out directory (or the original settings to resume)")
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+_SUM_KEYS = ("n_masked", "gen_correct", "n_nonpad", "n_replaced", "disc_correct", "disc_tp", "disc_pred_pos")
+
+
+def _metrics_line(step, tokens, flops, acc: dict, n_steps: int, lr: float, tok_s: float, wall: float) -> dict:
+    def div(a, b):
+        return float(a) / float(b) if b else 0.0
+
+    row = {"step": step, "tokens": int(tokens), "flops": float(flops), "loss": div(acc["loss"], n_steps),
+           "mlm_loss": div(acc["mlm_loss"], n_steps), "gen_acc": div(acc["gen_correct"], acc["n_masked"])}
+    if acc.get("n_replaced") is not None and "disc_loss" in acc:
+        row.update(disc_loss=div(acc["disc_loss"], n_steps), replace_rate=div(acc["n_replaced"], acc["n_nonpad"]),
+                   disc_acc=div(acc["disc_correct"], acc["n_nonpad"]),
+                   disc_precision=div(acc["disc_tp"], acc["disc_pred_pos"]),
+                   disc_recall=div(acc["disc_tp"], acc["n_replaced"]))
+    else:  # MLM baseline: no discriminator
+        row.update(disc_loss=None, replace_rate=None, disc_acc=None, disc_precision=None, disc_recall=None)
+    row.update(lr=lr, tokens_per_s=tok_s, wall_s=wall)
+    return row
+
+
+def _truncate_metrics(path: Path, max_step: int) -> None:
+    """Drop lines logged after the checkpoint we resume from (they will be logged again)."""
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["step"] <= max_step:
+                keep.append(line)
+        except (json.JSONDecodeError, KeyError):
+            break  # a torn last line from a kill
+    atomic_write_text(path, "".join(k + "\n" for k in keep))
+
+
+def read_metrics(out: str | os.PathLike) -> list[dict]:
+    p = Path(out) / "metrics.jsonl"
+    if not p.is_file():
+        return []
+    return [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def plot_curves(rows: list[dict], path: str | os.PathLike, title: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        return
+    x = [r["flops"] for r in rows]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    ax = axes[0][0]
+    ax.plot(x, [r["mlm_loss"] for r in rows], label="mlm_loss")
+    if rows[-1].get("disc_loss") is not None:
+        ax.plot(x, [r["disc_loss"] for r in rows], label="disc_loss")
+    ax.set_yscale("log")
+    ax.set_title("loss")
+    ax = axes[0][1]
+    ax.plot(x, [r["gen_acc"] for r in rows], label="gen_acc (masked positions)")
+    ax.set_title("generator / MLM accuracy")
+    ax = axes[1][0]
+    if rows[-1].get("replace_rate") is not None:
+        ax.plot(x, [r["replace_rate"] for r in rows], label="replace_rate")
+    ax.set_title("replace rate (of non-pad tokens)")
+    ax = axes[1][1]
+    if rows[-1].get("disc_precision") is not None:
+        for k in ("disc_precision", "disc_recall", "disc_acc"):
+            ax.plot(x, [r[k] for r in rows], label=k)
+    ax.set_title("discriminator (replaced = positive)")
+    for a in axes.flat:
+        a.set_xlabel("training FLOPs")
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=8)
+        a.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    tmp = Path(path).with_name(Path(path).name + ".partial.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------------ main loop
+def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
+    """Train (or resume, or report a finished run). Returns the summary dict.
+
+    ``stop_after`` (tests): return right after that step's checkpoint logic, as if the process were killed.
+    """
+    from tqdm.auto import tqdm
+
+    from models.bundle_torch import copy_tokenizer
+    from models.presets import SIZES, electra_config, generator_config
+    from models.tokenizer import JapaneseTokenizer
+    from models.training import build_optimizer, set_seed, warmup_linear_schedule
+
+    from .export import export_bundle
+
+    if cfg.size not in SIZES:
+        raise DenkiError(f"unknown size {cfg.size!r}; choose one of {sorted(SIZES)}")
+    if cfg.objective not in ("electra", "mlm"):
+        raise DenkiError(f"unknown objective {cfg.objective!r}; choose electra or mlm")
+    if not 0 < cfg.mask_prob < 1:
+        raise DenkiError("--mask-prob must be in (0, 1)")
+    rank, world, device = _init_distributed(cfg.device)
+    main = rank == 0
+    out = Path(cfg.out)
+    tok = JapaneseTokenizer.load(cfg.tokenizer)
+    shas = [file_sha256(p) for p in cfg.corpus]
+    lr = cfg.lr if cfg.lr is not None else DEFAULT_LR[cfg.size]
+    ident = _identity(cfg, shas, tok.fingerprint(), world, lr, cfg.warmup_steps)
+    _check_same_run(out, ident)
+
+    summary_path = out / "summary.json"
+    if summary_path.is_file():
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        if summary.get("finished"):
+            if main:
+                _ensure_bundle(out, summary, cfg)
+                print(f"pretrain: {out} already finished ({summary['steps']} steps, {summary['flops']:.3g} FLOPs); "
+                      f"bundle: {summary.get('bundle')}")
+            return summary
+
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / "run.json", {"identity": ident, "corpus": [str(p) for p in cfg.corpus],
+                                             "tokenizer_dir": str(cfg.tokenizer), "config": asdict(cfg)})
+        copy_tokenizer(cfg.tokenizer, out / "tokenizer")
+    # rank 0 tokenizes; the others then find the cache
+    if main:
+        cache = build_token_cache(cfg.corpus, tok, cfg.cache_dir, progress=cfg.progress, corpus_shas=shas)
+    _barrier(world)
+    if not main:
+        cache = build_token_cache(cfg.corpus, tok, cfg.cache_dir, progress=False, corpus_shas=shas)
+    data = PackedSequences(cache, cfg.seq_len, cls_id=tok.cls_id, pad_id=tok.pad_id, seed=cfg.seed)
+
+    disc_cfg = electra_config(cfg.size, tok.vocab_size, max_position_embeddings=max(512, cfg.seq_len))
+    gen_cfg = generator_config(disc_cfg, cfg.gen_size) if cfg.objective == "electra" else None
+    total_steps = plan_steps(cfg, disc_cfg, gen_cfg, world)
+    warmup = cfg.warmup_steps if cfg.warmup_steps is not None else min(10000, max(1, total_steps // 10))
+
+    set_seed(cfg.seed)
+    model = build_pretrainer(cfg.objective, disc_cfg, gen_cfg, cfg.disc_weight).to(device)
+    optimizer = build_optimizer(model, lr, weight_decay=cfg.weight_decay, fused=device.type == "cuda")
+    scheduler = warmup_linear_schedule(optimizer, warmup, total_steps)
+    model_config = {"disc": disc_cfg.to_dict(), "gen": gen_cfg.to_dict() if gen_cfg else None,
+                    "objective": cfg.objective, "disc_weight": cfg.disc_weight}
+
+    step, tokens, flops, wall_before = 0, 0, 0.0, 0.0
+    last = ck.latest_checkpoint(out)
+    if last is not None:
+        state = ck.load_checkpoint(last, model, optimizer, scheduler)
+        step, tokens, flops, wall_before = state["step"], state["tokens"], state["flops"], state["wall_s"]
+        if main:
+            _truncate_metrics(out / "metrics.jsonl", step)
+            print(f"pretrain: resuming {out} from step {step} ({flops:.3g} FLOPs)")
+    _barrier(world)
+
+    train_model = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        train_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if cfg.compile:
+        train_model = torch.compile(train_model, dynamic=True)
+
+    split = ELECTRA_SPLIT if cfg.objective == "electra" else BERT_SPLIT
+    special = (tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id)
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else _null()
+    metrics_path = out / "metrics.jsonl"
+
+    def new_acc():
+        return {"loss": 0.0, "mlm_loss": 0.0, "disc_loss": 0.0, **{k: 0 for k in _SUM_KEYS}}
+
+    acc, acc_steps, acc_tokens, t_interval = new_acc(), 0, 0, time.perf_counter()
+    t_start = time.perf_counter()
+    last_row = None
+    budget = f"/{cfg.max_flops:.3g}" if cfg.max_flops else ""
+    bar = tqdm(total=total_steps, initial=step, desc=f"pretrain {cfg.objective}-{cfg.size}",
+               disable=not (main and cfg.progress), unit="step", dynamic_ncols=True)
+
+    def save(step_now):
+        ck.save_checkpoint(out, step_now, model, optimizer, scheduler, {
+            "tokens": tokens, "flops": flops, "wall_s": wall_before + time.perf_counter() - t_start,
+            "data_position": step_now, "model_config": model_config, "identity": ident}, keep=cfg.keep)
+
+    def finished() -> bool:
+        return step >= total_steps or (cfg.max_flops is not None and flops >= cfg.max_flops)
+
+    model.train()
+    while not finished():
+        ids = torch.from_numpy(data.batch(step, cfg.batch_size, rank, world)).to(device)
+        am = (ids != tok.pad_id).long()
+        mk = mask_tokens(ids, mask_prob=cfg.mask_prob, mask_id=tok.mask_id, special_ids=special,
+                         vocab_size=tok.vocab_size, split=split)
+        with amp:
+            res = train_model(ids, mk.input_ids, mk.positions, am)
+        res["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        # one small all-reduce: metrics, FLOPs (masked count) and the NaN check agree on every rank
+        keys = ["loss", "mlm_loss"] + (["disc_loss"] if "disc_loss" in res else []) + \
+               [k for k in _SUM_KEYS if k in res]
+        vec = torch.stack([res[k].detach().float() for k in keys])
+        vec = _all_reduce(vec, world).cpu().tolist()
+        vals = dict(zip(keys, vec))
+        for k in ("loss", "mlm_loss", "disc_loss"):
+            if k in vals:
+                vals[k] /= world
+        if not all(math.isfinite(vals[k]) for k in ("loss", "mlm_loss")):
+            bar.close()
+            lastck = ck.latest_checkpoint(out)
+            raise DenkiError(f"loss became {vals['loss']} at step {step + 1} (NaN/inf); training stopped. "
+                             f"The last good checkpoint is {lastck or '(none yet)'}; lower --lr or check the data, "
+                             "then re-run to resume from it")
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        n_masked = int(vals["n_masked"])
+        flops += step_flops(cfg.objective, disc_cfg, gen_cfg, cfg.batch_size * world, cfg.seq_len, n_masked)
+        tokens += int(vals["n_nonpad"])
+        for k, v in vals.items():
+            acc[k] = acc.get(k, 0) + v
+        acc_steps += 1
+        acc_tokens += int(vals["n_nonpad"])
+        bar.update(1)
+        if step % cfg.log_every == 0 or finished():
+            now = time.perf_counter()
+            tok_s = acc_tokens / max(1e-9, now - t_interval)
+            if "disc_loss" not in res:
+                acc.pop("disc_loss", None)
+                acc["n_replaced"] = None
+            last_row = _metrics_line(step, tokens, flops, acc, acc_steps, scheduler.get_last_lr()[0], tok_s,
+                                     wall_before + now - t_start)
+            if main:
+                with open(metrics_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(last_row) + "\n")
+            bar.set_postfix_str(f"loss {last_row['loss']:.3f} {tok_s:,.0f} tok/s FLOPs {flops:.3g}{budget}")
+            acc, acc_steps, acc_tokens, t_interval = new_acc(), 0, 0, time.perf_counter()
+        if main and (step % cfg.save_every == 0 or finished()):
+            save(step)
+        if stop_after is not None and step >= stop_after and not finished():
+            bar.close()
+            _barrier(world)
+            return {"finished": False, "steps": step, "flops": flops, "tokens": tokens}
+    bar.close()
+    _barrier(world)
+    wall = wall_before + time.perf_counter() - t_start
+    rows = read_metrics(out) if main else []
+    summary = {"finished": True, "objective": cfg.objective, "size": cfg.size, "steps": step, "tokens": tokens,
+               "flops": flops, "max_flops": cfg.max_flops, "wall_s": wall, "world_size": world,
+               "device": str(device), "final": rows[-1] if rows else last_row,
+               "bundle": str(out / "bundle") if cfg.export else None, "checkpoint": str(ck.latest_checkpoint(out))}
+    if main:
+        plot_curves(rows, out / "curves.png", title=f"{cfg.objective} {cfg.size}: {out.name}")
+        if cfg.export:
+            export_bundle(model.export_model, out / "tokenizer", out / "bundle",
+                          source=_source(cfg, shas, tok.fingerprint(), summary),
+                          metrics=_bundle_metrics(summary))
+        atomic_write_json(summary_path, summary)
+    _barrier(world)
+    return summary
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _source(cfg: PretrainConfig, shas, tok_fp, summary) -> dict:
+    from models.bundle import command_line
+
+    return {"objective": cfg.objective, "size": cfg.size,
+            "corpus": [{"path": str(p), "sha256": s} for p, s in zip(cfg.corpus, shas)],
+            "tokenizer": tok_fp, "seed": cfg.seed, "steps": summary["steps"], "tokens": summary["tokens"],
+            "flops": summary["flops"], "max_flops": cfg.max_flops, "batch_size": cfg.batch_size,
+            "seq_len": cfg.seq_len, "mask_prob": cfg.mask_prob,
+            "gen_size": cfg.gen_size if cfg.objective == "electra" else None,
+            "disc_weight": cfg.disc_weight if cfg.objective == "electra" else None,
+            "command": command_line()}
+
+
+def _bundle_metrics(summary: dict) -> dict:
+    final = dict(summary.get("final") or {})
+    return {"final": final, "steps": summary["steps"], "tokens": summary["tokens"], "flops": summary["flops"],
+            "wall_s": summary["wall_s"]}
+
+
+def _ensure_bundle(out: Path, summary: dict, cfg: PretrainConfig) -> None:
+    """A finished run whose bundle is missing or damaged is exported again from its last checkpoint."""
+    from models.bundle import verify_bundle
+
+    from .export import export_from_checkpoint
+
+    if not cfg.export:
+        return
+    bundle = out / "bundle"
+    try:
+        verify_bundle(bundle, kinds=("pretrained",))
+        return
+    except DenkiError:
+        pass
+    last = ck.latest_checkpoint(out)
+    if last is None:
+        raise DenkiError(f"{out}: finished run without a checkpoint; cannot re-export the bundle")
+    print(f"pretrain: bundle missing or damaged; exporting again from {last}")
+    export_from_checkpoint(last, bundle)
+
+
+# ------------------------------------------------------------------------------------------------ local DDP
+def _spawn_worker(rank: int, world: int, port: int, cfg_dict: dict) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    try:
+        run_pretrain(PretrainConfig(**cfg_dict))
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def spawn_local(cfg: PretrainConfig, world: int, port: int = 29533) -> None:
+    """Run ``cfg`` as ``world`` local CPU processes on the gloo backend (what torchrun does, for tests)."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_spawn_worker, args=(world, port, asdict(cfg)), nprocs=world, join=True)

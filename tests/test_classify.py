@@ -1,0 +1,150 @@
+"""End to end: `denki finetune classify` / `denki evaluate classify` on the mini files with a tiny model."""
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import random
+
+import numpy as np
+import pytest
+
+from app.cli import main
+from tests.conftest import shared
+
+FT = ["--seeds", "2", "--epochs", "1", "--max-length", "64", "--threads", "2", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+    """jaquad_qtype_mini (300 short questions, 6 labels) split 220 / 80 into JSONL files."""
+    rows = [json.loads(line) for line in shared("jaquad_qtype_mini.jsonl").read_text(encoding="utf-8").splitlines()]
+    random.Random(0).shuffle(rows)
+    d = tmp_path_factory.mktemp("cls_data")
+    for name, part in (("train.jsonl", rows[:220]), ("dev.jsonl", rows[220:])):
+        (d / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part), encoding="utf-8")
+    return d
+
+
+@pytest.fixture(scope="module")
+def pretrained(tiny_tokenizer_dir, tmp_path_factory):
+    from models.bundle_torch import random_init_bundle
+
+    out = tmp_path_factory.mktemp("pre") / "bundle"
+    random_init_bundle("tiny", tiny_tokenizer_dir, out, seed=0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def finetuned(split, pretrained, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ft") / "run"
+    rc = main(["finetune", "classify", "--model", str(pretrained), "--train", str(split / "train.jsonl"),
+               "--dev", str(split / "dev.jsonl"), "--out", str(out), "--target-precision", "0.5",
+               "--min-recall", "Cause=0.8", *FT])
+    assert rc == 0
+    return out
+
+
+def test_finetune_writes_bundle_report_and_pngs(finetuned):
+    from models.bundle import read_task, verify_bundle
+
+    manifest = verify_bundle(finetuned / "bundle", kinds=("classifier",))
+    assert "task.json" in manifest["files"] and "parity_sample.json" in manifest["files"]
+    assert manifest["source"]["chosen_seed"] in (0, 1)
+    task = read_task(finetuned / "bundle")
+    assert task["labels"] == sorted(task["labels"]) and len(task["labels"]) == 6
+    assert task["temperature"] > 0 and len(task["offsets"]) == 6 and task["max_length"] == 64
+    assert task["min_recall"]["Cause"]["floor"] == 0.8
+    parity = json.loads((finetuned / "bundle" / "parity_sample.json").read_text(encoding="utf-8"))
+    assert len(parity["texts"]) == len(parity["labels"]) == len(parity["logits"]) == 80
+    report = json.loads((finetuned / "report.json").read_text(encoding="utf-8"))
+    assert len(report["seeds"]) == 2 and report["seed_summary"]["chosen_seed"] in (0, 1)
+    assert report["baseline"]["settings"]["ngram_range"] == [1, 3]
+    assert {"accuracy", "macro_f1", "per_class", "ece", "ece_uncalibrated", "abstain_rate"} <= set(report["dev"])
+    assert {"accuracy", "macro_f1", "per_class", "ece", "train_seconds"} <= set(report["baseline"])
+    # the Cause floor is met on dev by the stored offsets
+    if task["min_recall"]["Cause"]["reached_on_dev"]:
+        assert report["dev"]["per_class"]["Cause"]["recall"] >= 0.8
+    md = (finetuned / "report.md").read_text(encoding="utf-8")
+    assert "TF-IDF" in md and "macro-F1" in md and "Cause" in md
+    for png in ("confusion.png", "reliability.png", "coverage.png"):
+        data = (finetuned / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
+
+
+def test_evaluate_matches_finetune_report(finetuned, split, tmp_path):
+    out = tmp_path / "eval.json"
+    rc = main(["evaluate", "classify", "--model", str(finetuned), "--data", str(split / "dev.jsonl"),
+               "--output-json", str(out), "--threads", "2", "--no-progress"])
+    assert rc == 0
+    res = json.loads(out.read_text(encoding="utf-8"))
+    assert {"accuracy", "macro_f1", "per_class", "abstain_rate", "n"} <= set(res)
+    assert res["n"] == 80
+    assert set(res["per_class"]["Cause"]) >= {"precision", "recall", "f1", "support"}
+    # the saved bundle is the median-seed model the report describes: same dev figures
+    report = json.loads((finetuned / "report.json").read_text(encoding="utf-8"))
+    assert res["accuracy"] == pytest.approx(report["dev"]["accuracy"])
+    assert res["abstain_rate"] == pytest.approx(report["dev"]["abstain_rate"])
+
+
+def test_bundle_logits_route_through_numpy_rule(finetuned, split):
+    """The PyTorch model + models.decision.route reproduce the parity sample's logits and decisions."""
+    from models.bundle import read_task
+    from models.classify import torch_logits_fn
+    from models.decision import route
+
+    bundle = finetuned / "bundle"
+    parity = json.loads((bundle / "parity_sample.json").read_text(encoding="utf-8"))
+    logits = torch_logits_fn(bundle, device="cpu", progress=False)(parity["texts"][:16])
+    np.testing.assert_allclose(logits, np.asarray(parity["logits"][:16]), atol=1e-4)
+    out = route(logits, read_task(bundle))
+    assert all(o["route"] in (o["label"], "human") for o in out)
+
+
+def test_random_init_from_csv_and_gz(split, tiny_tokenizer_dir, tmp_path):
+    rows = [json.loads(x) for x in (split / "train.jsonl").read_text(encoding="utf-8").splitlines()]
+    with open(tmp_path / "train.csv", "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["question", "answer_type"])
+        w.writerows([[r["text"], r["label"]] for r in rows])
+    with gzip.open(tmp_path / "dev.jsonl.gz", "wb") as f:
+        f.write((split / "dev.jsonl").read_bytes().replace(b'"text"', b'"question"').replace(b'"label"',
+                                                                                              b'"answer_type"'))
+    rc = main(["finetune", "classify", "--init-random", "tiny", "--tokenizer", str(tiny_tokenizer_dir),
+               "--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "dev.jsonl.gz"),
+               "--text-field", "question", "--label-field", "answer_type", "--out", str(tmp_path / "rand"),
+               "--target-coverage", "0.8", "--no-baseline", *FT[:1], "1", *FT[2:]])
+    assert rc == 0
+    report = json.loads((tmp_path / "rand" / "report.json").read_text(encoding="utf-8"))
+    assert report["model"] == {"init": "random", "size": "tiny"} and report["baseline"] is None
+    assert report["dev"]["abstain_rate"] == pytest.approx(0.2, abs=0.05)
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("train_rows,dev_rows,where,needle", [
+    ([{"text": "a", "label": "x"}, {"text": "b", "label": "y"}],
+     [{"text": "a", "label": "x"}, {"text": "c", "label": "z"}], "dev.jsonl:2 (field 'label')", "'z'"),
+    ([{"text": "a", "label": "x"}, {"text": "b", "label": "x"}],
+     [{"text": "a", "label": "x"}], "train.jsonl (field 'label')", "at least 2 distinct labels"),
+    ([{"text": "a", "label": "x"}, {"txt": "b", "label": "y"}],
+     [{"text": "a", "label": "x"}], "train.jsonl:2 (field 'text')", "missing"),
+    ([{"text": "a", "label": "x"}, {"text": "", "label": "y"}],
+     [{"text": "a", "label": "x"}], "train.jsonl:2 (field 'text')", "empty"),
+])
+def test_cli_bad_input_is_a_clear_error(tmp_path, pretrained, capsys, train_rows, dev_rows, where, needle):
+    tr, dv = _jsonl(tmp_path / "train.jsonl", train_rows), _jsonl(tmp_path / "dev.jsonl", dev_rows)
+    rc = main(["finetune", "classify", "--model", str(pretrained), "--train", str(tr), "--dev", str(dv),
+               "--out", str(tmp_path / "o"), *FT])
+    err = capsys.readouterr().err
+    assert rc == 2 and where in err and needle in err and "Traceback" not in err
+    assert not (tmp_path / "o" / "bundle").exists()
+
+
+def test_evaluate_rejects_unknown_label(finetuned, tmp_path, capsys):
+    p = _jsonl(tmp_path / "x.jsonl", [{"text": "誰が来た?", "label": "Person"}, {"text": "何?", "label": "Spam"}])
+    assert main(["evaluate", "classify", "--model", str(finetuned), "--data", str(p), "--no-progress"]) == 2
+    assert "x.jsonl:2 (field 'label')" in capsys.readouterr().err

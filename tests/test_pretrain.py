@@ -1,0 +1,343 @@
+"""ELECTRA RTD pretraining (issue #3): masking, generator sampling, labels, sharing, FLOPs, token cache, resume,
+NaN stop, export, CLI, DDP on gloo. Tiny sizes, short sequences, the shipped sample corpus."""
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from models.errors import DenkiError, InputError
+from pretrain import checkpoint as ck
+from pretrain.data import PackedSequences, build_token_cache
+from pretrain.flops import step_flops
+from pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
+from pretrain.model import RTDPretrainer, build_pretrainer, gumbel_sample
+from pretrain.train import PretrainConfig, read_metrics, run_pretrain
+
+PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
+SPECIAL = (PAD, CLS, SEP, MASK)
+SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "samples" / "corpus_ja.txt"
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("corpus_cache")
+
+
+def _configs(vocab_size: int, gen_size: float = 0.25):
+    from models.presets import electra_config, generator_config
+
+    d = electra_config("tiny", vocab_size, num_hidden_layers=2)
+    return d, generator_config(d, gen_size)
+
+
+def _batch(B=6, L=32, V=300, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, V, (B, L), generator=g)
+    ids[:, 0] = CLS
+    ids[:, L // 2] = SEP
+    ids[:, 3] = MASK           # a literal [MASK] in the input is never a candidate
+    ids[0, L - 6:] = PAD       # one padded row
+    ids[0, L - 7] = SEP
+    ids[:, -1] = torch.where(ids[:, -1] == PAD, ids[:, -1], torch.full_like(ids[:, -1], SEP))
+    return ids, (ids != PAD).long()
+
+
+def _cfg(tok_dir, out, cache_dir, **kw):
+    base = dict(corpus=[str(SAMPLE_CORPUS)], tokenizer=str(tok_dir), out=str(out), size="tiny", steps=6,
+                batch_size=4, seq_len=32, seed=3, device="cpu", log_every=1, save_every=3, cache_dir=str(cache_dir),
+                progress=False, export=False)
+    base.update(kw)
+    return PretrainConfig(**base)
+
+
+# ------------------------------------------------------------------------------------------------ masking
+def test_masking_candidates_counts_and_electra_split():
+    torch.manual_seed(0)
+    ids, _ = _batch(B=64, L=64)
+    m = mask_tokens(ids, mask_prob=0.15, mask_id=MASK, special_ids=SPECIAL, vocab_size=300, split=ELECTRA_SPLIT)
+    special = (ids == PAD) | (ids == CLS) | (ids == SEP) | (ids == MASK)
+    assert not (m.positions & special).any(), "specials must never be masked"
+    n_cand = (~special).sum(1)
+    assert torch.equal(m.positions.sum(1), torch.clamp(torch.round(n_cand * 0.15).long(), min=1))
+    # unmasked positions untouched; masked ones are [MASK] (≈85%) or the original (≈15%), never random
+    assert torch.equal(m.input_ids[~m.positions], ids[~m.positions])
+    masked_in, masked_orig = m.input_ids[m.positions], ids[m.positions]
+    assert ((masked_in == MASK) | (masked_in == masked_orig)).all()
+    frac_mask = (masked_in == MASK).float().mean().item()
+    assert 0.79 < frac_mask < 0.91, frac_mask
+    assert torch.equal(m.labels[m.positions], masked_orig) and (m.labels[~m.positions] == -100).all()
+    # dynamic: a new draw per call
+    m2 = mask_tokens(ids, mask_prob=0.15, mask_id=MASK, special_ids=SPECIAL, vocab_size=300, split=ELECTRA_SPLIT)
+    assert not torch.equal(m.positions, m2.positions)
+
+
+def test_masking_bert_split_replaces_some_with_random_tokens():
+    torch.manual_seed(1)
+    ids, _ = _batch(B=64, L=64)
+    m = mask_tokens(ids, mask_prob=0.15, mask_id=MASK, special_ids=SPECIAL, vocab_size=300, split=BERT_SPLIT)
+    masked_in, masked_orig = m.input_ids[m.positions], ids[m.positions]
+    other = (masked_in != MASK) & (masked_in != masked_orig)
+    assert 0.04 < other.float().mean().item() < 0.16
+    assert (masked_in[other] >= 5).all(), "random replacements are never special tokens"
+
+
+# ------------------------------------------------------------------------------------------------ model
+def test_embeddings_shared_and_generator_head_tied():
+    d, g = _configs(300)
+    m = RTDPretrainer(d, g)
+    assert m.generator.electra.embeddings is m.discriminator.electra.embeddings
+    emb = m.discriminator.electra.embeddings
+    assert m.generator.generator_lm_head.weight is emb.word_embeddings.weight
+    names = [n for n, _ in m.named_parameters()]
+    assert sum("word_embeddings" in n for n in names) == 1
+    assert sum("position_embeddings" in n for n in names) == 1
+    assert sum("embeddings.LayerNorm.weight" in n for n in names) == 1
+    assert g.hidden_size == d.hidden_size // 4 and g.num_hidden_layers == d.num_hidden_layers
+
+
+def test_generator_logits_only_at_masked_positions_and_no_grad_sampling():
+    torch.manual_seed(0)
+    d, g = _configs(300)
+    m = RTDPretrainer(d, g)
+    ids, am = _batch()
+    mk = mask_tokens(ids, mask_prob=0.15, mask_id=MASK, special_ids=SPECIAL, vocab_size=300)
+    seen = {}
+    m.generator.generator_lm_head.register_forward_hook(lambda mod, inp, out: seen.setdefault("shape", out.shape))
+    sampled_box = {}
+
+    def spy(logits):
+        s = gumbel_sample(logits)
+        sampled_box["s"] = s
+        return s
+
+    m.sampler = spy
+    out = m(ids, mk.input_ids, mk.positions, am)
+    M = int(mk.positions.sum())
+    assert seen["shape"] == (M, 300), "LM head runs only at the masked positions"
+    assert not sampled_box["s"].requires_grad and sampled_box["s"].dtype == torch.long
+    out["loss"].backward()
+    # Gumbel-max in fp32 picks the argmax when one logit dominates, even from bf16 logits
+    logits = torch.full((5, 300), -30.0, dtype=torch.bfloat16)
+    logits[torch.arange(5), torch.tensor([7, 8, 9, 10, 11])] = 30.0
+    assert gumbel_sample(logits).tolist() == [7, 8, 9, 10, 11]
+    # and samples from the softmax otherwise: uniform logits → many distinct tokens
+    assert len(set(gumbel_sample(torch.zeros(2000, 300)).tolist())) > 200
+
+
+def test_labels_sampled_equal_to_original_are_original_and_loss_is_mlm_plus_lambda_disc():
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    d, g = _configs(300)
+    m = RTDPretrainer(d, g, disc_weight=50.0).eval()  # eval: no dropout, so the loss can be recomputed
+    ids, am = _batch()
+    mk = mask_tokens(ids, mask_prob=0.3, mask_id=MASK, special_ids=SPECIAL, vocab_size=300)
+    orig = ids[mk.positions]
+    # half of the "samples" equal the original, half differ
+    fake = orig.clone()
+    fake[1::2] = torch.where(orig[1::2] + 1 < 300, orig[1::2] + 1, torch.full_like(orig[1::2], 5))
+    m.sampler = lambda logits: fake
+    out = m(ids, mk.input_ids, mk.positions, am)
+    assert int(out["n_replaced"]) == len(fake[1::2])
+    assert int(out["n_masked"]) == len(orig) and int(out["n_nonpad"]) == int(am.sum())
+    disc_in = ids.clone()
+    disc_in[mk.positions] = fake
+    labels = ((disc_in != ids) & am.bool()).float()
+    logits = m.discriminator(input_ids=disc_in, attention_mask=am).logits
+    per = F.binary_cross_entropy_with_logits(logits, labels, reduction="none")
+    disc = (per * am).sum() / am.sum()
+    assert torch.allclose(out["disc_loss"], disc, atol=1e-5)
+    assert torch.allclose(out["loss"], out["mlm_loss"] + 50.0 * disc, atol=1e-4)
+    # all samples equal to the originals → nothing is labelled replaced
+    m.sampler = lambda logits: orig
+    assert int(m(ids, mk.input_ids, mk.positions, am)["n_replaced"]) == 0
+
+
+@pytest.mark.parametrize("objective", ["electra", "mlm"])
+def test_analytic_flops_match_flop_counter(objective):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    from models.presets import electra_config, generator_config
+
+    d = electra_config("tiny", 4000)
+    g = generator_config(d, 0.25)
+    m = build_pretrainer(objective, d, g)
+    ids, am = _batch(B=8, L=64, V=4000)
+    mk = mask_tokens(ids, mask_prob=0.15, mask_id=MASK, special_ids=SPECIAL, vocab_size=4000,
+                     split=ELECTRA_SPLIT if objective == "electra" else BERT_SPLIT)
+    with FlopCounterMode(display=False) as fc:
+        m(ids, mk.input_ids, mk.positions, am)["loss"].backward()
+    measured = fc.get_total_flops()
+    analytic = step_flops(objective, d, g, 8, 64, int(mk.positions.sum()))
+    assert abs(analytic - measured) / measured < 0.10, (analytic, measured)
+
+
+# ------------------------------------------------------------------------------------------------ data
+def test_token_cache_packing_and_reuse(tiny_tokenizer, cache_dir, monkeypatch):
+    cache = build_token_cache([SAMPLE_CORPUS], tiny_tokenizer, cache_dir, progress=False)
+    lines = [t for t in SAMPLE_CORPUS.read_text(encoding="utf-8").splitlines() if t.strip()]
+    first = tiny_tokenizer.token_ids(lines[0]) + [tiny_tokenizer.sep_id]
+    assert cache.tokens[:cache.paragraph_ends[0]].tolist() == first
+    assert cache.meta["n_paragraphs"] == len(lines) and cache.tokens.dtype == np.uint16
+    assert int(cache.paragraph_ends[-1]) == cache.n_tokens
+    # second call: served from the cache, no tokenization
+    monkeypatch.setattr(type(tiny_tokenizer), "token_ids", lambda *a: (_ for _ in ()).throw(AssertionError))
+    again = build_token_cache([SAMPLE_CORPUS], tiny_tokenizer, cache_dir, progress=False)
+    assert again.dir == cache.dir
+    seqs = PackedSequences(cache, 32, cls_id=CLS, pad_id=PAD, seed=0)
+    b = seqs.batch(0, 4)
+    assert b.shape == (4, 32) and (b[:, 0] == CLS).all()
+    assert np.array_equal(seqs.batch(5, 4, rank=1, world=2), seqs.batch(5, 4, rank=1, world=2))
+    assert not np.array_equal(seqs.batch(5, 4, rank=0, world=2), seqs.batch(5, 4, rank=1, world=2))
+    # one epoch visits every packed sequence exactly once; the stream (minus [CLS]s) is the cache
+    n = len(seqs)
+    rows = np.concatenate([seqs.batch(s, 1) for s in range(n)])
+    body = np.sort(rows[:, 1:].reshape(-1))
+    body = body[body != PAD]
+    assert np.array_equal(body, np.sort(np.asarray(cache.tokens, dtype=np.int64)))
+
+
+def test_corpus_errors_name_file_and_line(tiny_tokenizer, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n", encoding="utf-8")
+    with pytest.raises(InputError, match="empty.txt.*empty"):
+        build_token_cache([empty], tiny_tokenizer, tmp_path / "c1", progress=False)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes("一行目\n二行目\n".encode() + "三行目".encode("cp932") + b"\n")
+    with pytest.raises(InputError, match=r"bad.txt:3"):
+        build_token_cache([bad], tiny_tokenizer, tmp_path / "c2", progress=False)
+    assert not any((tmp_path / "c2").glob("*")), "no half-written cache is left behind"
+
+
+# ------------------------------------------------------------------------------------------------ loop
+def test_resume_after_kill_gives_identical_parameters_and_export_loads(tiny_tokenizer_dir, cache_dir, tmp_path):
+    from transformers import AutoModel, ElectraForSequenceClassification
+
+    from models.bundle import verify_bundle
+
+    a = _cfg(tiny_tokenizer_dir, tmp_path / "a", cache_dir, export=True)
+    b = _cfg(tiny_tokenizer_dir, tmp_path / "b", cache_dir, export=True)
+    sa = run_pretrain(a)
+    killed = run_pretrain(b, stop_after=4)  # "killed" after step 4; newest checkpoint is step 3
+    assert not killed["finished"] and ck.latest_checkpoint(b.out).name == "step-00000003"
+    sb = run_pretrain(b)
+    assert sa["steps"] == sb["steps"] == 6 and sa["tokens"] == sb["tokens"] and sa["flops"] == sb["flops"]
+    pa = load_file(str(ck.latest_checkpoint(a.out) / "model.safetensors"))
+    pb = load_file(str(ck.latest_checkpoint(b.out) / "model.safetensors"))
+    assert pa.keys() == pb.keys()
+    for k in pa:
+        assert torch.equal(pa[k], pb[k]), k
+    ra, rb = read_metrics(a.out), read_metrics(b.out)
+    assert [r["step"] for r in rb] == [1, 2, 3, 4, 5, 6]
+    assert [r["loss"] for r in ra] == [r["loss"] for r in rb]
+    need = {"step", "tokens", "flops", "loss", "mlm_loss", "disc_loss", "gen_acc", "replace_rate", "disc_acc",
+            "disc_precision", "disc_recall", "lr", "tokens_per_s"}
+    assert need <= set(ra[-1])
+    assert 0 < ra[-1]["replace_rate"] <= 0.15 and 0 <= ra[-1]["disc_recall"] <= 1
+    assert (tmp_path / "a" / "curves.png").stat().st_size > 1000
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["finished"] and summary["steps"] == 6
+    assert len(ck.list_checkpoints(a.out)) <= a.keep
+
+    bundle = tmp_path / "a" / "bundle"
+    man = verify_bundle(bundle, kinds=("pretrained",))
+    assert man["source"]["corpus"][0]["sha256"] and man["source"]["tokenizer"] and man["source"]["steps"] == 6
+    assert man["source"]["flops"] == sa["flops"] and "gen_acc" in man["metrics"]["final"]
+    assert "torch" in man["versions"] and "transformers" in man["versions"]
+    assert json.loads((bundle / "config.json").read_text())["architectures"] == ["ElectraForPreTraining"]
+    enc = AutoModel.from_pretrained(bundle)
+    assert type(enc).__name__ == "ElectraModel"
+    clf = ElectraForSequenceClassification.from_pretrained(bundle, num_labels=3)
+    assert torch.equal(clf.electra.embeddings.word_embeddings.weight, pa["discriminator.electra.embeddings.word_embeddings.weight"])
+
+    # finished run + same args: reports done and re-exports a missing bundle
+    import shutil
+
+    shutil.rmtree(bundle)
+    again = run_pretrain(a)
+    assert again["finished"] and verify_bundle(bundle)["kind"] == "pretrained"
+    # changed args on the same --out: clear error
+    with pytest.raises(DenkiError, match="objective"):
+        run_pretrain(replace(a, objective="mlm"))
+    with pytest.raises(DenkiError, match="size"):
+        run_pretrain(replace(a, size="small"))
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_tokenizer_dir, cache_dir, tmp_path, monkeypatch):
+    orig = RTDPretrainer.forward
+    calls = {"n": 0}
+
+    def poisoned(self, *a, **kw):
+        out = orig(self, *a, **kw)
+        calls["n"] += 1
+        if calls["n"] >= 3:
+            out["loss"] = out["loss"] * float("nan")
+        return out
+
+    monkeypatch.setattr(RTDPretrainer, "forward", poisoned)
+    cfg = _cfg(tiny_tokenizer_dir, tmp_path / "nan", cache_dir, save_every=2)
+    with pytest.raises(DenkiError, match=r"NaN.*step-00000002"):
+        run_pretrain(cfg)
+    assert [p.name for p in ck.list_checkpoints(cfg.out)] == ["step-00000002"]
+
+
+def test_cli_mlm_run_and_export_subcommand(tiny_tokenizer_dir, cache_dir, tmp_path, capsys):
+    from transformers import AutoModel, ElectraForSequenceClassification
+
+    from app.cli import main
+
+    out = tmp_path / "mlm"
+    rc = main(["pretrain", "--corpus", str(SAMPLE_CORPUS), "--tokenizer", str(tiny_tokenizer_dir), "--size", "tiny",
+               "--objective", "mlm", "--out", str(out), "--steps", "3", "--batch-size", "4", "--seq-len", "32",
+               "--device", "cpu", "--log-every", "1", "--cache-dir", str(cache_dir)])
+    assert rc == 0 and "mlm-tiny 3 steps" in capsys.readouterr().out
+    rows = read_metrics(out)
+    assert rows[-1]["replace_rate"] is None and rows[-1]["gen_acc"] >= 0
+    assert json.loads((out / "bundle" / "config.json").read_text())["architectures"] == ["ElectraForMaskedLM"]
+    assert type(AutoModel.from_pretrained(out / "bundle")).__name__ == "ElectraModel"
+    ElectraForSequenceClassification.from_pretrained(out / "bundle", num_labels=2)
+    rc = main(["pretrain", "export", "--checkpoint", str(out), "--out", str(tmp_path / "exp")])
+    assert rc == 0
+    from models.bundle import verify_bundle
+
+    assert verify_bundle(tmp_path / "exp")["source"]["steps"] == 3
+    # missing arguments: a clear error, no traceback
+    assert main(["pretrain", "--out", str(tmp_path / "x")]) == 2
+    assert "--corpus" in capsys.readouterr().err
+    # a budget in FLOPs: stops as soon as the cumulative count reaches it
+    out2 = tmp_path / "budget"
+    rc = main(["pretrain", "--corpus", str(SAMPLE_CORPUS), "--tokenizer", str(tiny_tokenizer_dir), "--objective",
+               "mlm", "--out", str(out2), "--max-flops", "5e9", "--batch-size", "4", "--seq-len", "32", "--device",
+               "cpu", "--cache-dir", str(cache_dir), "--no-export"])
+    s = json.loads((out2 / "summary.json").read_text())
+    assert rc == 0 and s["flops"] >= 5e9 and s["steps"] >= 2
+    per_step = s["flops"] / s["steps"]
+    assert s["flops"] - per_step < 5e9
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ddp_two_cpu_processes_gloo(tiny_tokenizer_dir, cache_dir, tmp_path):
+    from pretrain.train import spawn_local
+
+    cfg = _cfg(tiny_tokenizer_dir, tmp_path / "ddp", cache_dir, steps=3, batch_size=2, log_every=1, save_every=3)
+    build_token_cache(cfg.corpus, __import__("models.tokenizer", fromlist=["x"]).JapaneseTokenizer.load(
+        tiny_tokenizer_dir), cache_dir, progress=False)
+    spawn_local(cfg, world=2, port=_free_port())
+    s = json.loads((tmp_path / "ddp" / "summary.json").read_text())
+    assert s["finished"] and s["world_size"] == 2 and s["steps"] == 3
+    rows = read_metrics(tmp_path / "ddp")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert 0.8 * 384 < rows[-1]["tokens"] <= 3 * 2 * 2 * 32  # 3 steps × 2 ranks × 2 sequences × ≤32 tokens

@@ -1,0 +1,106 @@
+"""End to end on qa_mini with a tiny random-init encoder: `denki finetune qa` → bundle (task.json, parity
+sample, report) → `denki evaluate qa` (official SQuAD v2 key names, predictions file). A few dozen steps only:
+this checks the plumbing and the decision rule, not quality."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from app.cli import main
+from models.bundle import read_manifest, read_task, verify_bundle
+
+from .conftest import shared
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(scope="module")
+def qa_bundle(tmp_path_factory, tiny_tokenizer_dir):
+    import torch
+
+    from models.bundle_torch import random_init_bundle
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("qa")
+    random_init_bundle("tiny", tiny_tokenizer_dir, root / "pre", seed=0)
+    out = root / "qa"
+    rc = main(["finetune", "qa", "--model", str(root / "pre"), "--train", str(shared("qa_mini_train.jsonl")),
+               "--dev", str(shared("qa_mini_dev.jsonl")), "--out", str(out), "--max-length", "192",
+               "--doc-stride", "64", "--max-answer-length", "20", "--seeds", "2", "--max-steps", "12",
+               "--batch-size", "16", "--max-dev-examples", "60", "--no-progress", "--threads", "1"])
+    assert rc == 0
+    return root, out
+
+
+def test_finetune_writes_a_verified_qa_bundle_with_task_and_report(qa_bundle):
+    root, out = qa_bundle
+    manifest = verify_bundle(out, kinds=("qa",))
+    assert "task.json" in manifest["files"] and "parity_sample.json" in manifest["files"]
+    task = read_task(out)
+    assert task["task"] == "qa" and task["max_length"] == 192 and task["doc_stride"] == 64
+    assert task["max_answer_length"] == 20 and math.isfinite(task["null_threshold"])
+    rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert rep["null_threshold"] == task["null_threshold"]
+    assert rep["dev_metrics"]["best_f1_thresh"] == pytest.approx(task["null_threshold"])
+    # the stored threshold reproduces the tuned F1 on dev (the report's tuned column)
+    assert rep["dev_metrics"]["f1"] == pytest.approx(rep["dev_metrics_threshold0"]["best_f1"])
+    assert [s["seed"] for s in rep["seeds"]] == [0, 1] and rep["kept_seed"] in (0, 1)
+    assert all(s["steps"] == 12 for s in rep["seeds"])
+    assert set(rep["errors"]) == {"wrong_span", "false_no_answer", "false_answer"}
+    for img in ("score_diff_hist.png", "f1_vs_threshold.png"):
+        assert (out / img).stat().st_size > 1000
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "HasAns_f1" in md and "NoAns_exact" in md and "Chosen null threshold" in md
+    parity = json.loads((out / "parity_sample.json").read_text(encoding="utf-8"))["examples"]
+    assert 0 < len(parity) <= 100 and {"id", "question", "context", "expected"} <= set(parity[0])
+    assert read_manifest(out)["source"]["pretrained"] == str(root / "pre")
+
+
+def test_evaluate_writes_official_keys_and_exact_substring_predictions(qa_bundle, capsys):
+    root, out = qa_bundle
+    mj, pj = root / "metrics.json", root / "preds.json"
+    data = shared("qa_mini_dev.jsonl")
+    rc = main(["evaluate", "qa", "--model", str(out), "--data", str(data), "--output-json", str(mj),
+               "--predictions", str(pj), "--no-progress", "--threads", "1"])
+    assert rc == 0
+    m = json.loads(mj.read_text(encoding="utf-8"))
+    for k in ("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_f1", "best_f1_thresh",
+              "total"):
+        assert k in m, k
+    assert m["total"] == 150 and m["HasAns_total"] == 100 and m["NoAns_total"] == 50
+    assert m["null_threshold"] == read_task(out)["null_threshold"]
+    preds = json.loads(pj.read_text(encoding="utf-8"))
+    contexts = {json.loads(line)["id"]: json.loads(line)["context"] for line in data.open(encoding="utf-8")}
+    assert set(preds) == set(contexts)
+    assert all(p == "" or p in contexts[q] for q, p in preds.items())
+    assert '"f1"' in capsys.readouterr().out
+
+
+def test_evaluate_refuses_a_pretrained_bundle_and_a_missing_file(qa_bundle, capsys):
+    root, out = qa_bundle
+    assert main(["evaluate", "qa", "--model", str(root / "pre"), "--data", str(shared("qa_mini_dev.jsonl"))]) == 2
+    assert "bundle kind is 'pretrained'" in capsys.readouterr().err
+    assert main(["evaluate", "qa", "--model", str(out), "--data", str(root / "nope.jsonl")]) == 2
+    assert "file not found" in capsys.readouterr().err
+
+
+def test_answerable_head_variant_trains_compares_rules_and_evaluates(qa_bundle, tmp_path):
+    root, _ = qa_bundle
+    out = tmp_path / "qa_head"
+    rc = main(["finetune", "qa", "--model", str(root / "pre"), "--train", str(shared("qa_mini_train.jsonl")),
+               "--dev", str(shared("qa_mini_dev.jsonl")), "--out", str(out), "--max-length", "192",
+               "--doc-stride", "64", "--max-steps", "6", "--batch-size", "16", "--max-train-examples", "100",
+               "--max-dev-examples", "40", "--answerable-head", "--no-progress", "--threads", "1"])
+    assert rc == 0
+    task = read_task(out)
+    assert task["answerable_head"] is True and task["null_rule"] in ("cls", "head", "combined")
+    rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert set(rep["seeds"][0]["dev_metrics_by_null_rule"]) == {"cls", "head", "combined"}
+    assert "answerable head" in (out / "report.md").read_text(encoding="utf-8")
+    mj = tmp_path / "m.json"
+    assert main(["evaluate", "qa", "--model", str(out), "--data", str(shared("qa_mini_dev.jsonl")),
+                 "--max-examples", "30", "--output-json", str(mj), "--no-progress", "--threads", "1"]) == 0
+    m = json.loads(mj.read_text(encoding="utf-8"))
+    assert m["null_rule"] == task["null_rule"] and m["total"] == 30
