@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "app.cmd_tokenizer",
     "app.cmd_pretrain",
     "app.cmd_finetune",
+    "app.cmd_serve",
 ]
 
 

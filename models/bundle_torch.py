@@ -29,7 +29,7 @@ def save_bundle(model, tokenizer_dir: str | os.PathLike, out_dir: str | os.PathL
     """Write ``model`` (a transformers PreTrainedModel) as a bundle: built in ``OUT.partial`` then renamed, so
     a crash never leaves a half-written bundle under the final name. ``extra_files`` maps names to JSON objects
     (e.g. ``{"task.json": {...}}``). Returns the manifest."""
-    from .fileio import atomic_write_json
+    from .fileio import atomic_write_json, replace_dir
 
     out = Path(out_dir)
     tmp = out.with_name(out.name + ".partial")
@@ -41,15 +41,7 @@ def save_bundle(model, tokenizer_dir: str | os.PathLike, out_dir: str | os.PathL
     for name, obj in (extra_files or {}).items():
         atomic_write_json(tmp / name, obj)
     manifest = write_manifest(tmp, kind, source=source, metrics=metrics)
-    if out.exists():
-        old = out.with_name(out.name + ".old")
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, out)
+    replace_dir(tmp, out)
     return manifest
 
 

@@ -39,3 +39,20 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def replace_dir(tmp: str | os.PathLike, out: str | os.PathLike) -> None:
+    """Move a fully written directory ``tmp`` to ``out``, replacing an existing ``out`` only at the very end
+    (the old one is renamed aside first, so a crash never leaves a half-written directory under ``out``)."""
+    import shutil
+
+    tmp, out = Path(tmp), Path(out)
+    if out.exists():
+        old = out.with_name(out.name + ".old")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, out)

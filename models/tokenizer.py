@@ -15,7 +15,7 @@ Design (see README "Tokenizer"):
 * **Speed.** MeCab runs in wakati mode (one C call per text) and WordPiece results are memoised per word
   (Japanese text repeats words heavily), so per-word work is a dict lookup.
 
-Training uses the HF ``tokenizers`` WordPiece trainer on MeCab words.
+Training counts MeCab words and runs a deterministic WordPiece (BPE-style) trainer, :mod:`models.wordpiece_trainer`.
 """
 from __future__ import annotations
 
@@ -435,15 +435,18 @@ def train_tokenizer(corpus_files: Sequence[str | os.PathLike], vocab_size: int =
                     progress: bool = True) -> JapaneseTokenizer:
     """Train a WordPiece vocabulary on MeCab words of the NFKC-normalised corpus (one paragraph per line).
 
-    ``limit_alphabet`` keeps the rarest characters out of the vocabulary (they become [UNK]); without it a small
-    Japanese vocabulary is spent almost entirely on single characters (see DESIGN.md facts).
+    Deterministic: the same corpus and settings always give the same vocabulary (denki's own trainer,
+    :mod:`models.wordpiece_trainer`; HF ``tokenizers``' trainer breaks ties in hash order and differs run to run,
+    with the same quality otherwise). ``limit_alphabet`` keeps the rarest characters out of the vocabulary (they
+    become [UNK]); without it a small Japanese vocabulary is spent almost entirely on single characters.
     """
     import unicodedata
+    from collections import Counter
 
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from tqdm.auto import tqdm
 
     from .textio import count_lines, iter_corpus, iter_lines
+    from .wordpiece_trainer import train_wordpiece
 
     if vocab_size <= len(SPECIAL_TOKENS):
         raise DenkiError(f"--vocab-size must be larger than {len(SPECIAL_TOKENS)}")
@@ -451,29 +454,20 @@ def train_tokenizer(corpus_files: Sequence[str | os.PathLike], vocab_size: int =
         for _ in iter_lines(f):
             pass
     total = sum(count_lines(f) for f in corpus_files)
+    counts: Counter[str] = Counter()
     n_lines = 0
-
-    def words():
-        nonlocal n_lines
-        bar = tqdm(iter_corpus(list(corpus_files)), total=total, unit=" lines", desc="tokenizer: segment+count",
-                   disable=not progress)
-        for text in bar:
-            n_lines += 1
-            # Special-token literals are removed so they never enter the vocabulary as ordinary words.
-            text = _SPECIAL_RE.sub(" ", text)
-            yield " ".join(mecab_words(unicodedata.normalize("NFKC", text)))
-
-    tok = Tokenizer(models.WordPiece(unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                        special_tokens=SPECIAL_TOKENS, limit_alphabet=limit_alphabet,
-                                        continuing_subword_prefix="##", show_progress=False)
-    tok.train_from_iterator(words(), trainer=trainer, length=total)
-    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
-    tokens = [t for t, _ in vocab]
+    for text in tqdm(iter_corpus(list(corpus_files)), total=total, unit=" lines", desc="tokenizer: segment+count",
+                     disable=not progress):
+        n_lines += 1
+        # Special-token literals are removed so they never enter the vocabulary as ordinary words.
+        counts.update(mecab_words(unicodedata.normalize("NFKC", _SPECIAL_RE.sub(" ", text))))
+    tokens = train_wordpiece(counts, vocab_size, special_tokens=SPECIAL_TOKENS, limit_alphabet=limit_alphabet,
+                             min_frequency=min_frequency, continuing_subword_prefix="##",
+                             max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD, progress=progress)
     config = {"model_max_length": model_max_length,
-              "train": {"vocab_size_requested": vocab_size, "limit_alphabet": limit_alphabet,
-                        "min_frequency": min_frequency, "lines": n_lines}}
+              "train": {"trainer": "denki-wordpiece-v1", "vocab_size_requested": vocab_size,
+                        "limit_alphabet": limit_alphabet, "min_frequency": min_frequency, "lines": n_lines,
+                        "distinct_words": len(counts)}}
     return JapaneseTokenizer(tokens, config)
 
 

@@ -1,0 +1,68 @@
+"""`denki export`, `denki classify` (batch scoring) and `denki bench latency`."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub) -> None:
+    e = sub.add_parser(
+        "export", help="export a fine-tuned bundle to ONNX (fp32/O2/int8/fp16) behind a parity gate",
+        description="Export a classifier or QA bundle (the `denki finetune` output dir or its bundle/) to an ONNX "
+                    "bundle. fp32 (and O2) must match PyTorch within --atol on the bundle's own dev sample or "
+                    "nothing is written; int8/fp16 must reach --min-agreement and lose at most --max-drop.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    e.add_argument("--model", required=True, metavar="DIR", help="fine-tuned bundle (or the run dir holding bundle/)")
+    e.add_argument("--out", required=True, metavar="DIR", help="output ONNX bundle directory")
+    e.add_argument("--optimize", choices=["O1", "O2", "O3"], default=None, help="ORT graph optimisation level")
+    e.add_argument("--quantize", choices=["int8"], default=None, help="dynamic int8 quantisation for CPU")
+    e.add_argument("--fp16", action="store_true", help="also write an fp16 graph for CUDA")
+    e.add_argument("--parity-data", metavar="FILE",
+                   help="dev data for the parity gate (default: the sample stored in the bundle)")
+    e.add_argument("--atol", type=float, default=1e-4, help="fp32 max |logit difference| allowed")
+    e.add_argument("--min-agreement", type=float, default=0.95,
+                   help="int8/fp16: minimum fraction of predictions equal to PyTorch's")
+    e.add_argument("--max-drop", type=float, default=0.02,
+                   help="int8/fp16: maximum metric drop (accuracy for classifiers, F1 vs PyTorch for QA)")
+    e.set_defaults(func=cmd_export)
+
+    c = sub.add_parser(
+        "classify", help="score a CSV/JSONL file with an ONNX classifier (streaming, resumable)",
+        description="Batch-score a CSV or JSONL file (.gz allowed) with an ONNX classifier bundle. Each output row "
+                    "keeps the input's fields and adds label, score and route (route = label or 'human'). Rows "
+                    "that cannot be scored go to the errors file with line number and reason; output rows + "
+                    "error rows = input rows. Interrupted? Re-run with --resume.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    c.add_argument("--model", required=True, metavar="DIR", help="ONNX classifier bundle (`denki export` output)")
+    c.add_argument("--input", required=True, metavar="FILE")
+    c.add_argument("--output", required=True, metavar="FILE", help=".jsonl or .csv (optionally .gz)")
+    c.add_argument("--text-field", default=None, help="field holding the text (default: the one used in training)")
+    c.add_argument("--batch-size", type=int, default=64)
+    c.add_argument("--errors", default=None, metavar="FILE", help="errors file (default: OUTPUT.errors.jsonl)")
+    c.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    c.add_argument("--backend", default="auto", choices=["auto", "fp32", "o2", "int8", "fp16"])
+    c.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    c.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    c.set_defaults(func=cmd_classify)
+
+
+def cmd_export(args) -> int:
+    from serve.export import export_bundle, format_parity
+
+    man = export_bundle(args.model, args.out, optimize=args.optimize, quantize=args.quantize, fp16=args.fp16,
+                        parity_data=args.parity_data, atol=args.atol, min_agreement=args.min_agreement,
+                        max_drop=args.max_drop)
+    parity = man["metrics"]["parity"]
+    print(f"export: {man['kind']} → {args.out} ({len(man['files'])} files); parity on {parity['n']} dev examples:")
+    print(format_parity(parity))
+    return 0
+
+
+def cmd_classify(args) -> int:
+    from serve.batch import classify_file
+
+    r = classify_file(args.model, args.input, args.output, text_field=args.text_field, batch_size=args.batch_size,
+                      errors_path=args.errors, resume=args.resume, backend=args.backend, device=args.device,
+                      threads=args.threads)
+    print(f"classify: {r['rows_in']} rows in → {r['rows_out']} scored ({r['output']}), {r['rows_err']} errors "
+          f"({r['errors']}); {r['rows_per_s']:.0f} rows/s with {r['backend']}")
+    return 0

@@ -1,0 +1,408 @@
+"""`denki export`: a classifier or QA bundle → an ONNX bundle, gated on parity with PyTorch.
+
+Steps (all written into ``OUT.partial``, renamed to ``OUT`` only when every gate passed):
+
+1. ``optimum.exporters.onnx.main_export`` (tasks ``text-classification`` / ``question-answering``) → ``model.onnx``
+   (fp32; loads in ``optimum.onnxruntime.ORTModelFor…`` as well);
+2. ``--optimize O2``: ORT transformer fusions (optimum maps electra to the bert fusions) → ``model.o2.onnx``;
+3. ``--quantize int8``: dynamic int8 quantisation for CPU (of the O2 graph when present; that needs
+   ``DefaultTensorType=FLOAT``, which optimum's quantizer cannot pass, so onnxruntime's ``quantize_dynamic`` is
+   called directly) → ``model.int8.onnx``;
+4. ``--fp16``: optimum's O4 (fusions + fp16 weights, fp32 inputs/outputs) for CUDA → ``model.fp16.onnx``;
+5. parity gate on the bundle's own dev sample (``parity_sample.json``, or ``--parity-data``): fp32 and O2 must
+   match PyTorch within ``atol`` (max |logit difference|) or the export fails; int8/fp16 report prediction
+   agreement and metric drop and must reach ``min_agreement`` / stay within ``max_drop``;
+6. tokenizer files, ``task.json``, golden tokenization vectors (``golden_tokenization.jsonl``) and ``manifest.json``
+   (sha256 of every file, parity figures under ``metrics.parity``).
+
+Torch and optimum are imported inside the functions: ``serve/`` stays torch-free at import time.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from models.bundle import command_line, read_manifest, read_task, verify_bundle, write_manifest
+from models.errors import DenkiError
+from models.fileio import replace_dir
+
+TASKS = {"classifier": ("text-classification", "onnx-classifier"), "qa": ("question-answering", "onnx-qa")}
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "denki_tokenizer.json")
+
+
+def resolve_bundle(path: str | os.PathLike) -> Path:
+    """A fine-tuned bundle, or the run directory holding it as ``bundle/`` (what `denki finetune` writes)."""
+    p = Path(path)
+    if (p / "manifest.json").is_file():
+        return p
+    if (p / "bundle" / "manifest.json").is_file():
+        return p / "bundle"
+    raise DenkiError(f"{p}: no bundle here (no manifest.json); fine-tune one with `denki finetune`")
+
+
+def _quiet():
+    for name in ("optimum", "transformers", "onnxruntime", "torch.onnx"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+    except Exception:  # pragma: no cover
+        pass
+
+
+# ------------------------------------------------------------------ build steps
+def _export_fp32(src: Path, work: Path, task: str) -> Path:
+    from optimum.exporters.onnx import main_export
+
+    main_export(str(src), str(work), task=task, do_validation=False, local_files_only=True,
+                library_name="transformers", device="cpu")
+    return work / "model.onnx"
+
+
+def _optimize(work: Path, level: str, for_gpu: bool, dest: Path) -> None:
+    from optimum.onnxruntime import ORTOptimizer
+    from optimum.onnxruntime.configuration import AutoOptimizationConfig
+
+    out = work / f"_opt_{level}"
+    ORTOptimizer.from_pretrained(str(work)).optimize(
+        AutoOptimizationConfig.with_optimization_level(level, for_gpu=for_gpu), save_dir=str(out))
+    os.replace(out / "model_optimized.onnx", dest)
+    shutil.rmtree(out)
+
+
+def _quantize_int8(src_model: Path, dest: Path) -> None:
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src_model), str(dest), weight_type=QuantType.QInt8, per_channel=False,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+
+
+# ------------------------------------------------------------------ parity
+def _load_parity(src: Path, kind: str, parity_data: str | None, task: dict, limit: int) -> dict:
+    """Texts (+ labels) for a classifier, (question, context) pairs for QA."""
+    if parity_data:
+        if kind == "classifier":
+            from models.records import read_labelled
+
+            data = read_labelled(parity_data, task.get("text_field", "text"), task.get("label_field", "label"))
+            return {"texts": list(data.texts)[:limit], "labels": list(data.labels)[:limit]}
+        from models.qa_data import read_qa
+
+        qa = read_qa(parity_data, limit=limit)
+        return {"pairs": [(e.question, e.context) for e in qa.examples][:limit]}
+    p = src / "parity_sample.json"
+    if not p.is_file():
+        raise DenkiError(f"{src}: no parity_sample.json in the bundle; pass --parity-data FILE (dev data)")
+    sample = json.loads(p.read_text(encoding="utf-8"))
+    if kind == "classifier":
+        return {"texts": sample["texts"][:limit], "labels": sample.get("labels", [])[:limit]}
+    return {"pairs": [(e["question"], e["context"]) for e in sample["examples"]][:limit]}
+
+
+def _torch_model(src: Path, kind: str):
+    import torch
+    from transformers import ElectraForQuestionAnswering, ElectraForSequenceClassification
+
+    from models.bundle_torch import load_model
+
+    cls = ElectraForSequenceClassification if kind == "classifier" else ElectraForQuestionAnswering
+    torch.set_grad_enabled(False)
+    return load_model(src, cls).eval()
+
+
+def _batches(tok, encs, batch_size=32):
+    for s in range(0, len(encs), batch_size):
+        yield s, tok.pad(encs[s:s + batch_size])
+
+
+def _run_torch(model, batch) -> list[np.ndarray]:
+    import torch
+
+    with torch.no_grad():
+        out = model(**{k: torch.from_numpy(v) for k, v in batch.items()})
+    if hasattr(out, "logits"):
+        return [out.logits.float().numpy()]
+    return [out.start_logits.float().numpy(), out.end_logits.float().numpy()]
+
+
+def _session_outputs(path: Path, batch: dict, cache: dict) -> list[np.ndarray] | None:
+    """Run an ONNX file on CPU (sessions cached); ``None`` if the CPU provider cannot run it (fp16 kernels)."""
+    import onnxruntime as ort
+
+    if path not in cache:
+        try:
+            so = ort.SessionOptions()
+            so.log_severity_level = 3
+            cache[path] = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+        except Exception as e:  # pragma: no cover - depends on the ORT build
+            cache[path] = e
+    sess = cache[path]
+    if isinstance(sess, Exception):
+        return None
+    names = [i.name for i in sess.get_inputs()]
+    try:
+        return [np.asarray(o, dtype=np.float32) for o in sess.run(None, {k: batch[k] for k in names})]
+    except Exception as e:  # pragma: no cover
+        cache[path] = e
+        return None
+
+
+def _parity_classifier(model, tok, files: dict[str, Path], data: dict, task: dict) -> dict:
+    labels = task["labels"]
+    max_length = int(task.get("max_length") or 128)
+    encs = [tok.encode(t, max_length=max_length) for t in data["texts"]]
+    ref, outs, cache = [], {b: [] for b in files}, {}
+    for _, batch in _batches(tok, encs):
+        ref.append(_run_torch(model, batch)[0])
+        for b, f in files.items():
+            o = _session_outputs(f, batch, cache)
+            outs[b].append(None if o is None else o[0])
+    ref_l = np.concatenate(ref)
+    gold = None
+    if data.get("labels"):
+        index = {lab: i for i, lab in enumerate(labels)}
+        gold = np.array([index.get(lab, -1) for lab in data["labels"]])
+    res = {"n": len(encs), "torch_accuracy": None if gold is None else float((ref_l.argmax(1) == gold).mean())}
+    for b, parts in outs.items():
+        if any(p is None for p in parts):
+            res[b] = {"ran": False, "note": "the CPU execution provider cannot run this graph; checked on CUDA only"}
+            continue
+        lg = np.concatenate(parts)
+        r = {"ran": True, "max_abs_diff": float(np.abs(lg - ref_l).max()),
+             "agreement": float((lg.argmax(1) == ref_l.argmax(1)).mean())}
+        if gold is not None:
+            r["accuracy"] = float((lg.argmax(1) == gold).mean())
+            r["metric_drop"] = res["torch_accuracy"] - r["accuracy"]
+        res[b] = r
+    return res
+
+
+def _parity_qa(model, tok, files: dict[str, Path], data: dict, task: dict) -> dict:
+    from models.qa_metrics import compute_f1
+    from models.qa_postprocess import postprocess_question
+
+    max_length, stride = int(task.get("max_length", 384)), int(task.get("doc_stride", 128))
+    thr = float(task.get("null_threshold", 0.0))
+    kw = dict(n_best=int(task.get("n_best", 20)), max_answer_length=int(task.get("max_answer_length", 30)),
+              null_threshold=thr)
+    ref_ans, ans = [], {b: [] for b in files}
+    diffs = {b: 0.0 for b in files}
+    ran = {b: True for b in files}
+    cache: dict = {}
+    for q, c in data["pairs"]:
+        wins = tok.encode_windows(q, c, max_length=max_length, stride=stride)
+        batch = tok.pad(wins)
+        lens = [len(w) for w in wins]
+        offs, seqs = [w.offsets for w in wins], [w.sequence_ids for w in wins]
+
+        def answer(st, en):
+            mask = np.arange(st.shape[1])[None, :] < np.array(lens)[:, None]
+            st, en = np.where(mask, st, -1e9), np.where(mask, en, -1e9)
+            return postprocess_question(st, en, offs, seqs, c, **kw), mask
+
+        rs, re_ = _run_torch(model, batch)
+        r_ref, mask = answer(rs, re_)
+        ref_ans.append(r_ref)
+        for b, f in files.items():
+            o = _session_outputs(f, batch, cache) if ran[b] else None
+            if o is None:
+                ran[b] = False
+                continue
+            diffs[b] = max(diffs[b], float(np.abs(np.where(mask, o[0] - rs, 0)).max()),
+                           float(np.abs(np.where(mask, o[1] - re_, 0)).max()))
+            ans[b].append(answer(o[0], o[1])[0])
+    res = {"n": len(ref_ans)}
+    for b in files:
+        if not ran[b]:
+            res[b] = {"ran": False, "note": "the CPU execution provider cannot run this graph; checked on CUDA only"}
+            continue
+        same = [a["has_answer"] == r["has_answer"] and a["start"] == r["start"] and a["end"] == r["end"]
+                for a, r in zip(ans[b], ref_ans)]
+        f1 = [1.0 if not r["has_answer"] and not a["has_answer"] else compute_f1(r["answer"], a["answer"])
+              for a, r in zip(ans[b], ref_ans)]
+        res[b] = {"ran": True, "max_abs_diff": diffs[b], "agreement": float(np.mean(same)) if same else 1.0,
+                  # F1 of this backend's answers against PyTorch's: 1 - this is the metric drop vs the reference
+                  "f1_vs_torch": float(np.mean(f1)) if f1 else 1.0}
+        res[b]["metric_drop"] = 1.0 - res[b]["f1_vs_torch"]
+    return res
+
+
+def _gate(parity: dict, atol: float, min_agreement: float, max_drop: float) -> list[str]:
+    """Mark each backend passed/failed; return the failures that block the export (fp32/O2 exactness)."""
+    blocking = []
+    for b in ("fp32", "o2", "int8", "fp16"):
+        r = parity.get(b)
+        if not r or not r.get("ran"):
+            continue
+        if b in ("fp32", "o2"):
+            # O2 fusions reorder float sums: allow them 10× the fp32 tolerance
+            tol = atol if b == "fp32" else atol * 10
+            r["passed"] = r["max_abs_diff"] <= tol
+            r["gate"] = f"max_abs_diff <= {tol:g}"
+            if not r["passed"]:
+                blocking.append(f"{b}: max |logit diff| {r['max_abs_diff']:.2e} > {tol:g}")
+        else:
+            drop = r.get("metric_drop")
+            r["passed"] = r["agreement"] >= min_agreement and (drop is None or drop <= max_drop)
+            r["gate"] = f"agreement >= {min_agreement:g} and metric drop <= {max_drop:g}"
+            if not r["passed"]:
+                blocking.append(f"{b}: agreement {r['agreement']:.3f}" +
+                                (f", metric drop {drop:+.3f}" if drop is not None else "") +
+                                f" (floor {min_agreement:g}, max drop {max_drop:g})")
+    return blocking
+
+
+def _golden(tok, kind: str, data: dict, task: dict, n: int = 50) -> str:
+    lines = []
+    if kind == "classifier":
+        for t in data["texts"][:n]:
+            e = tok.encode(t, max_length=int(task.get("max_length") or 128))
+            lines.append({"text": t, "max_length": int(task.get("max_length") or 128), "ids": e.ids,
+                          "offsets": [list(o) for o in e.offsets]})
+    else:
+        for q, c in data["pairs"][:n // 5]:
+            wins = tok.encode_windows(q, c, max_length=int(task.get("max_length", 384)),
+                                      stride=int(task.get("doc_stride", 128)))
+            lines.append({"question": q, "context": c, "max_length": int(task.get("max_length", 384)),
+                          "doc_stride": int(task.get("doc_stride", 128)),
+                          "windows": [{"ids": w.ids, "type_ids": w.type_ids,
+                                       "offsets": [list(o) for o in w.offsets]} for w in wins]})
+    return "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines)
+
+
+# ------------------------------------------------------------------ entry point
+def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, optimize: str | None = None,
+                  quantize: str | None = None, fp16: bool = False, parity_data: str | None = None,
+                  parity_limit: int = 200, atol: float = 1e-4, min_agreement: float = 0.95,
+                  max_drop: float = 0.02, progress: bool = True) -> dict:
+    """Export ``model_dir`` (classifier or QA bundle) to an ONNX bundle at ``out_dir``; returns its manifest.
+
+    Raises :class:`DenkiError` (and writes nothing under ``out_dir``) when a parity gate fails.
+    """
+    from tqdm.auto import tqdm
+
+    from models.tokenizer import JapaneseTokenizer
+
+    _quiet()
+    src = resolve_bundle(model_dir)
+    parent = verify_bundle(src, kinds=tuple(TASKS))
+    kind = parent["kind"]
+    hf_task, onnx_kind = TASKS[kind]
+    if optimize not in (None, "O1", "O2", "O3"):
+        raise DenkiError(f"--optimize {optimize!r}: choose O1, O2 or O3")
+    if quantize not in (None, "int8"):
+        raise DenkiError(f"--quantize {quantize!r}: only int8 is supported")
+    task = read_task(src)
+    if kind == "qa" and task.get("answerable_head"):
+        raise DenkiError(f"{src}: QA bundles with the optional answerable head are not exportable yet; "
+                         "fine-tune without --answerable-head (the [CLS] null score is what serving uses)")
+    out = Path(out_dir)
+    tmp = out.with_name(out.name + ".partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    work = tmp / "_work"
+    work.mkdir(parents=True)
+    steps = ["export fp32"] + (["optimize " + optimize] if optimize else []) + \
+            (["quantize int8"] if quantize else []) + (["fp16"] if fp16 else []) + ["parity gate", "write bundle"]
+    bar = tqdm(total=len(steps), desc="export", unit="step", disable=not progress)
+    timings = {}
+
+    def step(name):
+        bar.set_postfix_str(name)
+        timings[name] = time.perf_counter()
+
+    def done(name):
+        timings[name] = time.perf_counter() - timings[name]
+        bar.update(1)
+
+    try:
+        step("export fp32")
+        fp32 = _export_fp32(src, work, hf_task)
+        os.replace(fp32, tmp / "model.onnx")
+        shutil.copyfile(work / "config.json", tmp / "config.json")
+        # ORTOptimizer reads model.onnx + config.json from the work dir
+        shutil.copyfile(tmp / "model.onnx", work / "model.onnx")
+        done("export fp32")
+        files = {"fp32": tmp / "model.onnx"}
+        if optimize:
+            step("optimize " + optimize)
+            _optimize(work, optimize, False, tmp / "model.o2.onnx")
+            files["o2"] = tmp / "model.o2.onnx"
+            done("optimize " + optimize)
+        if quantize:
+            step("quantize int8")
+            _quantize_int8(files.get("o2", files["fp32"]), tmp / "model.int8.onnx")
+            files["int8"] = tmp / "model.int8.onnx"
+            done("quantize int8")
+        if fp16:
+            step("fp16")
+            _optimize(work, "O4", True, tmp / "model.fp16.onnx")
+            files["fp16"] = tmp / "model.fp16.onnx"
+            done("fp16")
+        shutil.rmtree(work)
+
+        step("parity gate")
+        tok = JapaneseTokenizer.load(src)
+        data = _load_parity(src, kind, parity_data, task, parity_limit)
+        model = _torch_model(src, kind)
+        parity = (_parity_classifier if kind == "classifier" else _parity_qa)(model, tok, files, data, task)
+        parity["atol"], parity["min_agreement"], parity["max_drop"] = atol, min_agreement, max_drop
+        blocking = _gate(parity, atol, min_agreement, max_drop)
+        done("parity gate")
+        if blocking:
+            raise DenkiError("parity gate failed, nothing written:\n  " + "\n  ".join(blocking) +
+                             "\n(fp32/O2 must match PyTorch; for int8/fp16 lower --min-agreement / raise --max-drop "
+                             "if the trade-off is acceptable, or export without them)")
+
+        step("write bundle")
+        for name in TOKENIZER_FILES:
+            if (src / name).is_file():
+                shutil.copyfile(src / name, tmp / name)
+        for name in ("task.json", "parity_sample.json"):
+            if (src / name).is_file():
+                shutil.copyfile(src / name, tmp / name)
+        (tmp / "golden_tokenization.jsonl").write_text(_golden(tok, kind, data, task), encoding="utf-8")
+        sizes = {b: f.stat().st_size for b, f in files.items()}
+        parent_manifest = read_manifest(src)
+        manifest = write_manifest(tmp, onnx_kind, source={
+            "parent": {"path": str(src), "kind": kind, "created": parent_manifest.get("created"),
+                       "model_sha256": parent_manifest.get("files", {}).get("model.safetensors")},
+            "command": command_line(), "optimize": optimize, "quantize": quantize, "fp16": fp16,
+            "parity_data": parity_data or "parity_sample.json (from the parent bundle)"},
+            metrics={"parity": parity, "file_bytes": sizes, "export_seconds": timings,
+                     "parent_metrics": parent_manifest.get("metrics", {})})
+        done("write bundle")
+        bar.close()
+        replace_dir(tmp, out)
+        return manifest
+    except BaseException:
+        bar.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def format_parity(parity: dict) -> str:
+    """One line per backend for the CLI."""
+    lines = []
+    for b in ("fp32", "o2", "int8", "fp16"):
+        r = parity.get(b)
+        if not r:
+            continue
+        if not r.get("ran"):
+            lines.append(f"  {b:5s} not checked here: {r.get('note')}")
+            continue
+        extra = f", metric drop {r['metric_drop']:+.4f}" if r.get("metric_drop") is not None else ""
+        lines.append(f"  {b:5s} max|Δlogit| {r['max_abs_diff']:.2e}, agreement {r['agreement']:.3f}{extra}"
+                     f"  → {'ok' if r.get('passed') else 'FAILED'}")
+    return "\n".join(lines)

@@ -1,0 +1,272 @@
+"""Torch-free predictor on onnxruntime: what backend services, the batch CLI and the demo call.
+
+    from serve.runtime import Predictor
+    p = Predictor("runs/quickstart/classifier-onnx")        # verifies every file's sha256 first
+    p.classify(["ログインできません"])  # → [{"label", "score", "scores", "route"}]; route = label or "human"
+    q = Predictor("runs/quickstart/qa-onnx")
+    q.answer("質問", "文書…")           # → {"answer", "start", "end", "score", "has_answer", "null_score_diff"}
+
+Only numpy, onnxruntime and denki's tokenizer are imported (a test checks ``sys.modules`` for torch). The
+decision rules are the bundle's ``task.json`` applied by the same numpy code as the PyTorch evaluation
+(:mod:`models.decision`, :mod:`models.qa_postprocess`).
+
+Backends (files of an ONNX bundle): ``fp32`` (``model.onnx``), ``o2`` (ORT graph fusions), ``int8`` (dynamic
+quantisation, CPU), ``fp16`` (for CUDA). Device: CUDA when a CUDA session can really be created (onnxruntime-gpu
+lists the CUDA provider even on machines without a GPU), else CPU; ``.provider`` says which was used.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from models.bundle import read_task, verify_bundle
+from models.errors import DenkiError
+from models.tokenizer import JapaneseTokenizer
+
+MODEL_FILES = {"fp32": "model.onnx", "o2": "model.o2.onnx", "int8": "model.int8.onnx", "fp16": "model.fp16.onnx"}
+ONNX_KINDS = ("onnx-classifier", "onnx-qa")
+MAX_TEXT_CHARS = 20_000  # an inquiry; longer input is refused with a clear message, not silently cut
+MAX_CONTEXT_CHARS = 100_000  # a QA passage (windows cover all of it)
+HUMAN = "human"
+
+
+def _ort():
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    import onnxruntime as ort
+
+    return ort
+
+
+def _session(path: Path, device: str, threads: int | None):
+    """Create an InferenceSession; for ``cuda`` fall back to CPU when CUDA cannot really be used.
+
+    Returns ``(session, provider)``."""
+    ort = _ort()
+    so = ort.SessionOptions()
+    so.log_severity_level = 3  # the CUDA probe on a CPU machine logs errors we handle ourselves
+    if threads:
+        so.intra_op_num_threads = int(threads)
+        so.inter_op_num_threads = 1
+    providers = ["CPUExecutionProvider"]
+    if device == "cuda":
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    old = ort.get_default_logger_severity() if hasattr(ort, "get_default_logger_severity") else None
+    ort.set_default_logger_severity(4)
+    try:
+        sess = ort.InferenceSession(str(path), sess_options=so, providers=providers)
+    finally:
+        if old is not None:
+            ort.set_default_logger_severity(old)
+    provider = sess.get_providers()[0]
+    if device == "cuda" and provider != "CUDAExecutionProvider":
+        raise DenkiError("--device cuda: onnxruntime could not create a CUDA session here (no GPU, or CUDA/cuDNN "
+                         "libraries missing); use --device cpu or auto")
+    return sess, provider
+
+
+def resolve_onnx_bundle(path: str | os.PathLike) -> Path:
+    """Accept the bundle itself or a directory holding it as ``bundle/`` (as `denki export --out` writes)."""
+    p = Path(path)
+    if (p / "manifest.json").is_file():
+        return p
+    if (p / "bundle" / "manifest.json").is_file():
+        return p / "bundle"
+    raise DenkiError(f"{p}: no ONNX bundle here (no manifest.json); make one with `denki export`")
+
+
+class Predictor:
+    """ONNX predictor for a classifier or QA bundle (see module docstring).
+
+    ``backend``: ``auto`` (CUDA: fp16 when exported, else fp32; CPU: int8 when it passed the export's parity
+    gate, else o2, else fp32) or one of ``fp32``, ``o2``, ``int8``, ``fp16``. ``device``: ``auto``, ``cpu`` or
+    ``cuda``. ``threads``: onnxruntime intra-op threads (default: onnxruntime's choice).
+    """
+
+    def __init__(self, bundle_dir: str | os.PathLike, *, backend: str = "auto", device: str = "auto",
+                 threads: int | None = None, verify: bool = True):
+        self.dir = resolve_onnx_bundle(bundle_dir)
+        self.manifest = verify_bundle(self.dir, kinds=ONNX_KINDS) if verify else {}
+        from models.bundle import read_manifest
+
+        self.manifest = self.manifest or read_manifest(self.dir)
+        self.kind = self.manifest["kind"]
+        self.task = read_task(self.dir)
+        self.tokenizer = JapaneseTokenizer.load(self.dir)
+        self.max_length = int(self.task.get("max_length") or 128)
+        available = {b: f for b, f in MODEL_FILES.items() if (self.dir / f).is_file()}
+        if not available:
+            raise DenkiError(f"{self.dir}: no model*.onnx file in the bundle")
+        if device not in ("auto", "cpu", "cuda"):
+            raise DenkiError(f"unknown device {device!r}; choose auto, cpu or cuda")
+        self.device = "cuda" if device == "cuda" or (device == "auto" and _cuda_usable()) else "cpu"
+        self.backend = self._choose_backend(backend, available)
+        self.model_file = self.dir / available[self.backend]
+        self.session, self.provider = _session(self.model_file, self.device, threads)
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self.last_timing: dict[str, float] = {}
+
+    def _choose_backend(self, backend: str, available: dict) -> str:
+        if backend != "auto":
+            if backend not in MODEL_FILES:
+                raise DenkiError(f"unknown backend {backend!r}; choose auto, {', '.join(MODEL_FILES)}")
+            if backend not in available:
+                raise DenkiError(f"{self.dir}: backend {backend!r} was not exported (have: {', '.join(available)});"
+                                 f" re-export with the matching `denki export` option")
+            return backend
+        if self.device == "cuda":
+            return "fp16" if "fp16" in available else "fp32"
+        parity = self.manifest.get("metrics", {}).get("parity", {})
+        if "int8" in available and parity.get("int8", {}).get("passed", False):
+            return "int8"
+        return "o2" if "o2" in available else "fp32"
+
+    # ------------------------------------------------------------------ core
+    def describe(self) -> str:
+        return f"{self.kind} · backend {self.backend} ({self.model_file.name}) · {self.provider}"
+
+    def run(self, batch: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run the session on a padded batch (``input_ids``/``attention_mask``/``token_type_ids``, int64
+        ``(batch, seq)``); returns the outputs in the model's order."""
+        feed = {k: batch[k] for k in self.input_names}
+        if self.provider == "CUDAExecutionProvider":
+            # IOBinding: inputs copied once, outputs left on the device until read
+            binding = self.session.io_binding()
+            for k, v in feed.items():
+                binding.bind_cpu_input(k, np.ascontiguousarray(v))
+            for name in self.output_names:
+                binding.bind_output(name, "cuda")
+            self.session.run_with_iobinding(binding)
+            return [np.asarray(o, dtype=np.float32) for o in binding.copy_outputs_to_cpu()]
+        return [np.asarray(o, dtype=np.float32) for o in self.session.run(self.output_names, feed)]
+
+    # -------------------------------------------------------------- classify
+    def _check_texts(self, texts: Sequence[str], limit: int = MAX_TEXT_CHARS) -> None:
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise DenkiError(f"text {i}: expected a string, got {type(t).__name__}")
+            if len(t) > limit:
+                raise DenkiError(f"text {i} is {len(t):,} characters; the limit is {limit:,}")
+
+    def logits(self, texts: Sequence[str], *, batch_size: int = 32) -> np.ndarray:
+        """Classifier logits ``(n, n_labels)`` float32; batches are length-bucketed and dynamically padded."""
+        if self.kind != "onnx-classifier":
+            raise DenkiError(f"{self.dir} is a {self.kind} bundle, not a classifier")
+        self._check_texts(texts)
+        t0 = time.perf_counter()
+        encs = [self.tokenizer.encode(t, max_length=self.max_length) for t in texts]
+        t1 = time.perf_counter()
+        order = np.argsort([len(e) for e in encs], kind="stable")
+        out = np.zeros((len(texts), len(self.task["labels"])), dtype=np.float32)
+        for s in range(0, len(order), batch_size):
+            idx = order[s:s + batch_size]
+            out[idx] = self.run(self.tokenizer.pad([encs[i] for i in idx]))[0]
+        t2 = time.perf_counter()
+        self.last_timing = {"tokenize_ms": (t1 - t0) * 1e3, "inference_ms": (t2 - t1) * 1e3, "n": len(texts)}
+        return out
+
+    def classify(self, texts: Sequence[str], *, batch_size: int = 32) -> list[dict]:
+        """``[{"label", "score", "scores", "route"}]`` per text, by the bundle's routing rule."""
+        from models.decision import route
+
+        if not texts:
+            return []
+        return route(self.logits(texts, batch_size=batch_size), self.task)
+
+    # -------------------------------------------------------------------- QA
+    def answer(self, question: str, context: str, *, n_best: int | None = None) -> dict:
+        """Answer one question from a passage: ``{"answer", "start", "end", "score", "has_answer",
+        "null_score_diff", "null_threshold"}``; ``answer == context[start:end]`` exactly (original characters)."""
+        return self.answer_batch([(question, context)], n_best=n_best)[0]
+
+    def answer_batch(self, pairs: Sequence[tuple[str, str]], *, batch_size: int = 16,
+                     n_best: int | None = None) -> list[dict]:
+        from models.qa_postprocess import postprocess_question
+
+        if self.kind != "onnx-qa":
+            raise DenkiError(f"{self.dir} is a {self.kind} bundle, not a QA model")
+        t0 = time.perf_counter()
+        windows = []
+        for i, (q, c) in enumerate(pairs):
+            if not q or not q.strip():
+                raise DenkiError(f"question {i} is empty")
+            if not c or not c.strip():
+                raise DenkiError(f"context {i} is empty")
+            self._check_texts([q])
+            self._check_texts([c], MAX_CONTEXT_CHARS)
+            windows.append(self.tokenizer.encode_windows(q, c, max_length=int(self.task.get("max_length", 384)),
+                                                         stride=int(self.task.get("doc_stride", 128)),
+                                                         sample_index=i))
+        flat = [w for ws in windows for w in ws]
+        t1 = time.perf_counter()
+        starts: list[np.ndarray] = [None] * len(flat)  # type: ignore[list-item]
+        ends: list[np.ndarray] = [None] * len(flat)  # type: ignore[list-item]
+        order = np.argsort([len(e) for e in flat], kind="stable")
+        for s in range(0, len(order), batch_size):
+            idx = order[s:s + batch_size]
+            outs = self.run(self.tokenizer.pad([flat[i] for i in idx]))
+            for row, i in enumerate(idx):
+                starts[i], ends[i] = outs[0][row], outs[1][row]
+        t2 = time.perf_counter()
+        thr = float(self.task.get("null_threshold", 0.0))
+        results, k = [], 0
+        for i, ws in enumerate(windows):
+            n = len(ws)
+            L = max(len(w) for w in ws)
+            st = np.stack([np.pad(starts[k + j][:len(ws[j])], (0, L - len(ws[j])), constant_values=-1e9)
+                           for j in range(n)])
+            en = np.stack([np.pad(ends[k + j][:len(ws[j])], (0, L - len(ws[j])), constant_values=-1e9)
+                           for j in range(n)])
+            r = postprocess_question(st, en, [w.offsets for w in ws], [w.sequence_ids for w in ws], pairs[i][1],
+                                     n_best=int(n_best or self.task.get("n_best", 20)),
+                                     max_answer_length=int(self.task.get("max_answer_length", 30)),
+                                     null_threshold=thr)
+            results.append({"answer": r["answer"], "start": r["start"], "end": r["end"],
+                            "score": r["score"], "has_answer": r["has_answer"],
+                            "null_score_diff": r["null_score_diff"], "null_threshold": thr,
+                            "windows": n})
+            k += n
+        t3 = time.perf_counter()
+        self.last_timing = {"tokenize_ms": (t1 - t0) * 1e3, "inference_ms": (t2 - t1) * 1e3,
+                            "postprocess_ms": (t3 - t2) * 1e3, "n": len(pairs)}
+        return results
+
+
+_CUDA_OK: bool | None = None
+
+
+def _cuda_usable() -> bool:
+    """True if onnxruntime can really run on CUDA here (checked once with a one-node model)."""
+    global _CUDA_OK
+    if _CUDA_OK is None:
+        ort = _ort()
+        _CUDA_OK = False
+        # No NVIDIA device node on Linux → no GPU: skip the probe (it would log loud library-load errors).
+        import glob
+        import sys
+
+        no_gpu = sys.platform.startswith("linux") and not glob.glob("/dev/nvidia[0-9]*")
+        if not no_gpu and "CUDAExecutionProvider" in ort.get_available_providers():
+            try:
+                import onnx
+                from onnx import TensorProto, helper
+
+                node = helper.make_node("Identity", ["x"], ["y"])
+                graph = helper.make_graph([node], "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+                model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+                so = ort.SessionOptions()
+                so.log_severity_level = 4
+                ort.set_default_logger_severity(4)
+                s = ort.InferenceSession(onnx.ModelProto.SerializeToString(model), sess_options=so,
+                                         providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+                _CUDA_OK = s.get_providers()[0] == "CUDAExecutionProvider"
+            except Exception:
+                _CUDA_OK = False
+            finally:
+                ort.set_default_logger_severity(2)
+    return _CUDA_OK

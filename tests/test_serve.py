@@ -1,0 +1,229 @@
+"""ONNX export parity gate, torch-free runtime, tamper refusal, batch accounting and resume."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from models.errors import DenkiError
+
+from .conftest import REPO, shared
+
+
+def _livedoor_rows(n=60):
+    with open(shared("livedoor_mini.jsonl"), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    return rows[::max(1, len(rows) // n)][:n]
+
+
+@pytest.fixture(scope="module")
+def classifier_bundle(tmp_path_factory, tiny_tokenizer_dir):
+    """A tiny classifier bundle (random init, briefly trained so predictions differ between inputs)."""
+    import torch
+    from transformers import ElectraForSequenceClassification
+
+    from models.bundle_torch import save_bundle
+    from models.presets import electra_config
+    from models.tokenizer import JapaneseTokenizer
+
+    rows = _livedoor_rows()
+    labels = sorted({r["label"] for r in rows})
+    tok = JapaneseTokenizer.load(tiny_tokenizer_dir)
+    cfg = electra_config("tiny", tok.vocab_size, num_labels=len(labels), id2label=dict(enumerate(labels)),
+                         label2id={lab: i for i, lab in enumerate(labels)})
+    torch.manual_seed(0)
+    model = ElectraForSequenceClassification(cfg)
+    batch = {k: torch.from_numpy(v) for k, v in tok.pad([tok.encode(r["title"], max_length=64) for r in rows]).items()}
+    gold = torch.tensor([labels.index(r["label"]) for r in rows])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(15):  # a few steps: confident, input-dependent logits
+        loss = model(**batch, labels=gold).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+    task = {"task": "classify", "labels": labels, "human_label": "human", "temperature": 1.0, "threshold": 0.3,
+            "offsets": [0.0] * len(labels), "max_length": 64, "text_field": "title", "label_field": "label"}
+    out = tmp_path_factory.mktemp("cls") / "bundle"
+    save_bundle(model, tiny_tokenizer_dir, out, "classifier", extra_files={
+        "task.json": task, "parity_sample.json": {"texts": [r["title"] for r in rows],
+                                                  "labels": [r["label"] for r in rows]}})
+    return out
+
+
+@pytest.fixture(scope="module")
+def onnx_classifier(classifier_bundle, tmp_path_factory):
+    from serve.export import export_bundle
+
+    out = tmp_path_factory.mktemp("onnx") / "cls"
+    export_bundle(classifier_bundle, out, optimize="O2", quantize="int8", fp16=True, min_agreement=0.8,
+                  max_drop=0.1, progress=False)
+    return out
+
+
+def test_export_parity_and_files(onnx_classifier):
+    man = json.loads((onnx_classifier / "manifest.json").read_text(encoding="utf-8"))
+    assert man["kind"] == "onnx-classifier"
+    for f in ("model.onnx", "model.o2.onnx", "model.int8.onnx", "model.fp16.onnx", "vocab.txt", "task.json",
+              "golden_tokenization.jsonl", "tokenizer_config.json"):
+        assert f in man["files"], f
+    parity = man["metrics"]["parity"]
+    assert parity["fp32"]["passed"] and parity["fp32"]["max_abs_diff"] <= 1e-4
+    assert parity["o2"]["passed"]
+    assert parity["int8"]["ran"] and 0.8 <= parity["int8"]["agreement"] <= 1.0
+    assert "metric_drop" in parity["int8"]
+
+
+def test_export_gate_blocks_and_writes_nothing(classifier_bundle, tmp_path):
+    from serve.export import export_bundle
+
+    out = tmp_path / "never"
+    with pytest.raises(DenkiError, match="parity gate failed"):
+        export_bundle(classifier_bundle, out, atol=0.0, progress=False)  # fp32 can't be bit-exact: must fail
+    assert not out.exists() and not (tmp_path / "never.partial").exists()
+    with pytest.raises(DenkiError, match="int8"):
+        export_bundle(classifier_bundle, out, quantize="int8", min_agreement=1.01, progress=False)
+    assert not out.exists()
+
+
+def test_runtime_matches_torch_and_golden(onnx_classifier, classifier_bundle):
+    import torch
+    from transformers import ElectraForSequenceClassification
+
+    from serve.runtime import Predictor
+
+    p = Predictor(onnx_classifier, backend="fp32", device="cpu")
+    assert p.provider == "CPUExecutionProvider"
+    texts = [r["title"] for r in _livedoor_rows(20)]
+    onnx_logits = p.logits(texts, batch_size=7)  # length-bucketed batches, restored to input order
+    model = ElectraForSequenceClassification.from_pretrained(str(classifier_bundle), use_safetensors=True).eval()
+    with torch.no_grad():
+        ref = np.concatenate([model(**{k: torch.from_numpy(v) for k, v in
+                                       p.tokenizer.pad([p.tokenizer.encode(t, max_length=64)]).items()}).logits.numpy()
+                              for t in texts])
+    assert np.abs(onnx_logits - ref).max() < 1e-4
+    res = p.classify(texts)
+    task = p.task
+    for r in res:
+        assert set(r) == {"label", "score", "scores", "route"}
+        assert r["route"] in (r["label"], "human")
+        assert (r["route"] == "human") == (r["score"] < task["threshold"])
+        assert abs(sum(r["scores"].values()) - 1) < 1e-6
+    # golden vectors reproduce with the bundle's tokenizer
+    for line in (onnx_classifier / "golden_tokenization.jsonl").read_text(encoding="utf-8").splitlines()[:10]:
+        g = json.loads(line)
+        assert p.tokenizer.encode(g["text"], max_length=g["max_length"]).ids == g["ids"]
+    auto = Predictor(onnx_classifier)  # CPU: int8 when it passed its gate
+    assert auto.backend == "int8"
+
+
+def test_optimum_loads_the_export(onnx_classifier):
+    from optimum.onnxruntime import ORTModelForSequenceClassification
+
+    from serve.runtime import Predictor
+
+    m = ORTModelForSequenceClassification.from_pretrained(str(onnx_classifier), file_name="model.onnx")
+    p = Predictor(onnx_classifier, backend="fp32", device="cpu")
+    batch = p.tokenizer.pad([p.tokenizer.encode("テストの文です", max_length=64)])
+    import torch
+
+    out = m(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits.numpy()
+    assert np.abs(out - p.run(batch)[0]).max() < 1e-5
+
+
+def test_runtime_is_torch_free(onnx_classifier):
+    code = (
+        "import sys; from serve.runtime import Predictor; from serve.batch import classify_file;"
+        f"p = Predictor({str(onnx_classifier)!r}); r = p.classify(['ログインできません', '新型スマホ']);"
+        "assert len(r) == 2 and r[0]['route'];"
+        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')];"
+        "assert not bad, bad; print('ok', p.describe())"
+    )
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "ok" in res.stdout
+
+
+def test_tampered_bundle_is_refused(onnx_classifier, tmp_path):
+    from serve.runtime import Predictor
+
+    bad = tmp_path / "bad"
+    shutil.copytree(onnx_classifier, bad)
+    data = bytearray((bad / "model.int8.onnx").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (bad / "model.int8.onnx").write_bytes(bytes(data))
+    with pytest.raises(DenkiError, match="sha256"):
+        Predictor(bad)
+    (bad / "model.int8.onnx").unlink()
+    with pytest.raises(DenkiError, match="missing"):
+        Predictor(bad)
+
+
+def _corrupt_input(path, rows):
+    with open(path, "wb") as f:
+        for i, r in enumerate(rows):
+            if i == 3:
+                f.write(b'{"title": "unterminated\n')
+            if i == 7:
+                f.write(b"\xff\xfe not utf-8\n")
+            if i == 11:
+                f.write(json.dumps({"id": "no-title"}).encode() + b"\n")
+            if i == 13:
+                f.write(json.dumps({"title": ""}).encode() + b"\n")
+            if i == 17:
+                f.write(b"[1, 2]\n")
+            f.write(json.dumps({"id": r["id"], "title": r["title"]}, ensure_ascii=False).encode() + b"\n")
+    return len(rows) + 5
+
+
+def test_batch_accounting_with_corrupt_lines(onnx_classifier, tmp_path):
+    from app.cli import main
+
+    n_in = _corrupt_input(tmp_path / "in.jsonl", _livedoor_rows(60))
+    out = tmp_path / "out.jsonl"
+    assert main(["classify", "--model", str(onnx_classifier), "--input", str(tmp_path / "in.jsonl"),
+                 "--output", str(out), "--batch-size", "8"]) == 0
+    ok = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+    errs = [json.loads(x) for x in (tmp_path / "out.jsonl.errors.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(ok) + len(errs) == n_in
+    assert len(errs) == 5
+    reasons = " ".join(e["reason"] for e in errs)
+    for word in ("malformed JSON", "not UTF-8", "missing field", "empty text", "JSON object"):
+        assert word in reasons
+    assert all(e["line"] > 0 for e in errs)
+    assert all({"id", "title", "label", "score", "route"} <= set(r) for r in ok)
+
+
+def test_batch_resume_no_duplicates_no_gaps(onnx_classifier, tmp_path):
+    from serve.batch import classify_file
+
+    rows = _livedoor_rows(60)
+    n_in = _corrupt_input(tmp_path / "in.jsonl", rows)
+    full = tmp_path / "full.jsonl"
+    classify_file(onnx_classifier, tmp_path / "in.jsonl", full, batch_size=8, progress=False)
+    out = tmp_path / "resumed.csv"
+    # CSV in/out this time, interrupted after 2 checkpoints, then resumed
+    import csv
+
+    with open(tmp_path / "in.csv", "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "title"])
+        for r in rows:
+            w.writerow([r["id"], r["title"]])
+    with pytest.raises(KeyboardInterrupt):
+        classify_file(onnx_classifier, tmp_path / "in.csv", out, batch_size=8, progress=False, stop_after_batches=2)
+    assert not out.exists()
+    with pytest.raises(DenkiError, match="--resume"):
+        classify_file(onnx_classifier, tmp_path / "in.csv", out, batch_size=8, progress=False)
+    r = classify_file(onnx_classifier, tmp_path / "in.csv", out, batch_size=8, progress=False, resume=True)
+    assert r["resumed_from_line"] > 1
+    got = list(csv.DictReader(open(out, encoding="utf-8", newline="")))
+    assert [g["id"] for g in got] == [x["id"] for x in rows]  # every row once, in order
+    ref = {json.loads(x)["id"]: json.loads(x) for x in full.read_text(encoding="utf-8").splitlines()}
+    for g in got:
+        assert g["label"] == ref[g["id"]]["label"]
+    assert n_in == len(ref) + 5
