@@ -44,6 +44,26 @@ def register(sub) -> None:
     c.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
     c.set_defaults(func=cmd_classify)
 
+    b = sub.add_parser("bench", help="benchmarks (latency)", description="Benchmark commands.")
+    b.set_defaults(_group_parser=b)
+    bsub = b.add_subparsers(dest="bench_command", metavar="WHAT")
+    lat = bsub.add_parser(
+        "latency", help="p50/p95/p99 latency of PyTorch vs ORT fp32/O2/int8 (+CUDA fp16) vs optimum pipeline",
+        description="Latency and throughput at batch 1 and 32, short (~32-token) and long (128-token) inputs, for "
+                    "PyTorch eager fp32 (same weights), ORT fp32 / O2 / int8, CUDA fp16 when a GPU is usable, and "
+                    "optimum's ORTModel + transformers pipeline on the same ONNX file. One process, interleaved, "
+                    "warm-up excluded. Writes latency.json / latency.md / latency.png.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    lat.add_argument("--model", required=True, metavar="DIR", help="ONNX classifier bundle")
+    lat.add_argument("--texts", metavar="FILE", help="texts (.txt, or .jsonl/.csv with the training text field); "
+                                                     "default: the bundle's dev sample")
+    lat.add_argument("--torch-model", metavar="DIR", help="PyTorch bundle (default: the export's parent)")
+    lat.add_argument("--out", default=None, metavar="DIR", help="output dir (default: MODEL/../bench-latency)")
+    lat.add_argument("--iterations", type=int, default=60, help="timed calls per backend at batch 1")
+    lat.add_argument("--batch-iterations", type=int, default=12, help="timed calls per backend at batch 32")
+    lat.add_argument("--threads", type=int, default=None, help="threads for torch and onnxruntime")
+    lat.set_defaults(func=cmd_bench_latency)
+
 
 def cmd_export(args) -> int:
     from serve.export import export_bundle, format_parity
@@ -65,4 +85,17 @@ def cmd_classify(args) -> int:
                       threads=args.threads)
     print(f"classify: {r['rows_in']} rows in → {r['rows_out']} scored ({r['output']}), {r['rows_err']} errors "
           f"({r['errors']}); {r['rows_per_s']:.0f} rows/s with {r['backend']}")
+    return 0
+
+
+def cmd_bench_latency(args) -> int:
+    from pathlib import Path
+
+    from serve.bench_latency import bench_latency, to_markdown
+
+    out = args.out or str(Path(args.model).resolve().parent / "bench-latency")
+    res = bench_latency(args.model, out, texts=args.texts, torch_model=args.torch_model, iterations=args.iterations,
+                        batch_iterations=args.batch_iterations, threads=args.threads)
+    print(to_markdown(res))
+    print(f"bench: wrote {out}/latency.json, latency.md, latency.png")
     return 0

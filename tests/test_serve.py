@@ -227,3 +227,18 @@ def test_batch_resume_no_duplicates_no_gaps(onnx_classifier, tmp_path):
     for g in got:
         assert g["label"] == ref[g["id"]]["label"]
     assert n_in == len(ref) + 5
+
+
+def test_latency_bench_writes_reports(onnx_classifier, classifier_bundle, tmp_path):
+    from serve.bench_latency import bench_latency
+
+    res = bench_latency(str(onnx_classifier), str(tmp_path), torch_model=str(classifier_bundle), iterations=3,
+                        batch_iterations=2, threads=1, progress=False)
+    for f in ("latency.json", "latency.md", "latency.png"):
+        assert (tmp_path / f).stat().st_size > 0
+    for row in ("PyTorch eager fp32", "ORT fp32", "ORT o2", "ORT int8", "denki Predictor.classify (end to end)",
+                "optimum ORTModel + pipeline (end to end)"):
+        assert set(res["rows"][row]) == {"short b1", "short b32", "long b1", "long b32"}
+        for cell in res["rows"][row].values():
+            assert 0 < cell["p50_ms"] <= cell["p95_ms"] <= cell["p99_ms"] and cell["n"] >= 2
+    assert any(k.startswith("int8 vs torch eager") for k in res["ratios_p50"])
