@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "app.cmd_pretrain",
     "app.cmd_finetune",
     "app.cmd_serve",
+    "app.cmd_demo",
 ]
 
 

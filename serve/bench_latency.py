@@ -203,10 +203,9 @@ def to_markdown(result: dict) -> str:
 
 
 def _plot(result: dict, path: Path) -> None:
-    import matplotlib
+    from models.plotting import setup_matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = setup_matplotlib()
 
     keys = list(next(iter(result["rows"].values())).keys())
     names = list(result["rows"])

@@ -189,7 +189,7 @@ def _parity_classifier(model, tok, files: dict[str, Path], data: dict, task: dic
 
 
 def _parity_qa(model, tok, files: dict[str, Path], data: dict, task: dict) -> dict:
-    from models.qa_metrics import compute_f1
+    from models.qa_metrics import f1_score
     from models.qa_postprocess import postprocess_question
 
     max_length, stride = int(task.get("max_length", 384)), int(task.get("doc_stride", 128))
@@ -229,7 +229,7 @@ def _parity_qa(model, tok, files: dict[str, Path], data: dict, task: dict) -> di
             continue
         same = [a["has_answer"] == r["has_answer"] and a["start"] == r["start"] and a["end"] == r["end"]
                 for a, r in zip(ans[b], ref_ans)]
-        f1 = [1.0 if not r["has_answer"] and not a["has_answer"] else compute_f1(r["answer"], a["answer"])
+        f1 = [1.0 if not r["has_answer"] and not a["has_answer"] else f1_score(a["answer"], r["answer"])
               for a, r in zip(ans[b], ref_ans)]
         res[b] = {"ran": True, "max_abs_diff": diffs[b], "agreement": float(np.mean(same)) if same else 1.0,
                   # F1 of this backend's answers against PyTorch's: 1 - this is the metric drop vs the reference

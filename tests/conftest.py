@@ -1,6 +1,7 @@
 """Shared fixtures: the shared data folder and a tiny tokenizer trained once per test session."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -39,3 +40,93 @@ def tiny_tokenizer(tiny_tokenizer_dir):
     from models.tokenizer import JapaneseTokenizer
 
     return JapaneseTokenizer.load(tiny_tokenizer_dir)
+
+
+# ---------------------------------------------------------------- tiny fine-tuned bundles and their ONNX exports
+
+
+def livedoor_rows(n=60):
+    with open(shared("livedoor_mini.jsonl"), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    return rows[::max(1, len(rows) // n)][:n]
+
+
+@pytest.fixture(scope="session")
+def classifier_bundle(tmp_path_factory, tiny_tokenizer_dir):
+    """A tiny classifier bundle (random init, briefly trained so predictions differ between inputs)."""
+    import torch
+    from transformers import ElectraForSequenceClassification
+
+    from models.bundle_torch import save_bundle
+    from models.presets import electra_config
+    from models.tokenizer import JapaneseTokenizer
+
+    rows = livedoor_rows()
+    labels = sorted({r["label"] for r in rows})
+    tok = JapaneseTokenizer.load(tiny_tokenizer_dir)
+    cfg = electra_config("tiny", tok.vocab_size, num_labels=len(labels), id2label=dict(enumerate(labels)),
+                         label2id={lab: i for i, lab in enumerate(labels)})
+    torch.manual_seed(0)
+    model = ElectraForSequenceClassification(cfg)
+    batch = {k: torch.from_numpy(v) for k, v in tok.pad([tok.encode(r["title"], max_length=64) for r in rows]).items()}
+    gold = torch.tensor([labels.index(r["label"]) for r in rows])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(15):  # a few steps: confident, input-dependent logits
+        loss = model(**batch, labels=gold).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+    task = {"task": "classify", "labels": labels, "human_label": "human", "temperature": 1.0, "threshold": 0.3,
+            "offsets": [0.0] * len(labels), "max_length": 64, "text_field": "title", "label_field": "label"}
+    out = tmp_path_factory.mktemp("cls") / "bundle"
+    save_bundle(model, tiny_tokenizer_dir, out, "classifier", extra_files={
+        "task.json": task, "parity_sample.json": {"texts": [r["title"] for r in rows],
+                                                  "labels": [r["label"] for r in rows]}})
+    return out
+
+
+@pytest.fixture(scope="session")
+def onnx_classifier(classifier_bundle, tmp_path_factory):
+    from serve.export import export_bundle
+
+    out = tmp_path_factory.mktemp("onnx") / "cls"
+    export_bundle(classifier_bundle, out, optimize="O2", quantize="int8", fp16=True, min_agreement=0.8,
+                  max_drop=0.1, progress=False)
+    return out
+
+
+
+@pytest.fixture(scope="session")
+def qa_bundle(tmp_path_factory, tiny_tokenizer_dir):
+    """A tiny QA bundle (random init, a few steps on qa_mini_train) with task.json and a parity sample."""
+    import torch
+    from transformers import ElectraForQuestionAnswering
+
+    from models.bundle_torch import save_bundle
+    from models.presets import electra_config
+    from models.tokenizer import JapaneseTokenizer
+
+    with open(shared("qa_mini_dev.jsonl"), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f][:24]
+    tok = JapaneseTokenizer.load(tiny_tokenizer_dir)
+    torch.manual_seed(0)
+    model = ElectraForQuestionAnswering(electra_config("tiny", tok.vocab_size)).eval()
+    # null_threshold 1e6: this random model always answers, so the demo tests see a highlighted span
+    task = {"task": "qa", "null_threshold": 1e6, "max_answer_length": 30, "max_length": 128, "doc_stride": 32,
+            "n_best": 20}
+    out = tmp_path_factory.mktemp("qa") / "bundle"
+    save_bundle(model, tiny_tokenizer_dir, out, "qa", extra_files={
+        "task.json": task,
+        "parity_sample.json": {"format": 1, "examples": [{"id": r["id"], "question": r["question"],
+                                                          "context": r["context"]} for r in rows]}})
+    return out
+
+
+@pytest.fixture(scope="session")
+def onnx_qa(qa_bundle, tmp_path_factory):
+    from serve.export import export_bundle
+
+    out = tmp_path_factory.mktemp("onnx") / "qa"
+    export_bundle(qa_bundle, out, optimize="O2", quantize="int8", min_agreement=0.0, max_drop=1.0, progress=False)
+    return out

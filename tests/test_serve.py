@@ -11,58 +11,7 @@ import pytest
 
 from models.errors import DenkiError
 
-from .conftest import REPO, shared
-
-
-def _livedoor_rows(n=60):
-    with open(shared("livedoor_mini.jsonl"), encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f]
-    return rows[::max(1, len(rows) // n)][:n]
-
-
-@pytest.fixture(scope="module")
-def classifier_bundle(tmp_path_factory, tiny_tokenizer_dir):
-    """A tiny classifier bundle (random init, briefly trained so predictions differ between inputs)."""
-    import torch
-    from transformers import ElectraForSequenceClassification
-
-    from models.bundle_torch import save_bundle
-    from models.presets import electra_config
-    from models.tokenizer import JapaneseTokenizer
-
-    rows = _livedoor_rows()
-    labels = sorted({r["label"] for r in rows})
-    tok = JapaneseTokenizer.load(tiny_tokenizer_dir)
-    cfg = electra_config("tiny", tok.vocab_size, num_labels=len(labels), id2label=dict(enumerate(labels)),
-                         label2id={lab: i for i, lab in enumerate(labels)})
-    torch.manual_seed(0)
-    model = ElectraForSequenceClassification(cfg)
-    batch = {k: torch.from_numpy(v) for k, v in tok.pad([tok.encode(r["title"], max_length=64) for r in rows]).items()}
-    gold = torch.tensor([labels.index(r["label"]) for r in rows])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for _ in range(15):  # a few steps: confident, input-dependent logits
-        loss = model(**batch, labels=gold).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    model.eval()
-    task = {"task": "classify", "labels": labels, "human_label": "human", "temperature": 1.0, "threshold": 0.3,
-            "offsets": [0.0] * len(labels), "max_length": 64, "text_field": "title", "label_field": "label"}
-    out = tmp_path_factory.mktemp("cls") / "bundle"
-    save_bundle(model, tiny_tokenizer_dir, out, "classifier", extra_files={
-        "task.json": task, "parity_sample.json": {"texts": [r["title"] for r in rows],
-                                                  "labels": [r["label"] for r in rows]}})
-    return out
-
-
-@pytest.fixture(scope="module")
-def onnx_classifier(classifier_bundle, tmp_path_factory):
-    from serve.export import export_bundle
-
-    out = tmp_path_factory.mktemp("onnx") / "cls"
-    export_bundle(classifier_bundle, out, optimize="O2", quantize="int8", fp16=True, min_agreement=0.8,
-                  max_drop=0.1, progress=False)
-    return out
+from .conftest import REPO, livedoor_rows as _livedoor_rows
 
 
 def test_export_parity_and_files(onnx_classifier):
@@ -242,3 +191,24 @@ def test_latency_bench_writes_reports(onnx_classifier, classifier_bundle, tmp_pa
         for cell in res["rows"][row].values():
             assert 0 < cell["p50_ms"] <= cell["p95_ms"] <= cell["p99_ms"] and cell["n"] >= 2
     assert any(k.startswith("int8 vs torch eager") for k in res["ratios_p50"])
+
+
+def test_qa_export_runtime_exact_spans(onnx_qa, qa_bundle):
+    from optimum.onnxruntime import ORTModelForQuestionAnswering
+
+    from serve.runtime import Predictor
+
+    man = json.loads((onnx_qa / "manifest.json").read_text(encoding="utf-8"))
+    assert man["kind"] == "onnx-qa" and man["metrics"]["parity"]["fp32"]["passed"]
+    assert ORTModelForQuestionAnswering.from_pretrained(str(onnx_qa), file_name="model.onnx") is not None
+    p = Predictor(onnx_qa, backend="fp32", device="cpu")
+    p.task["null_threshold"] = 1e9  # force an answer: check spans are exact substrings of the ORIGINAL context
+    ctx = "ＡＢＣ株式会社（㍿）は①番窓口を東京都千代田区に置いている。" * 12  # long: several windows
+    r = p.answer("窓口はどこにありますか?", ctx)
+    assert r["has_answer"] and r["windows"] > 1
+    assert ctx[r["start"]:r["end"]] == r["answer"] and r["answer"]
+    p.task["null_threshold"] = -1e9  # force "no answer"
+    r = p.answer("窓口はどこにありますか?", ctx)
+    assert not r["has_answer"] and r["answer"] == "" and r["start"] is None
+    with pytest.raises(DenkiError, match="empty"):
+        p.answer("", ctx)

@@ -1,0 +1,28 @@
+"""`denki demo`: the Gradio demo (routing, QA, batch, latency) on ONNX bundles."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub) -> None:
+    d = sub.add_parser(
+        "demo", help="Gradio demo: routing, span QA, batch scoring and live latency (127.0.0.1 by default)",
+        description="Start the Gradio demo on ONNX bundles (no torch needed). Without --classifier/--qa it uses "
+                    "the models `denki quickstart` produced (runs/quickstart/classifier-onnx, qa-onnx). Binds "
+                    "127.0.0.1 unless --host says otherwise; analytics are off.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    d.add_argument("--classifier", metavar="DIR", help="ONNX classifier bundle (`denki export` output)")
+    d.add_argument("--qa", metavar="DIR", help="ONNX QA bundle")
+    d.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 exposes it to the network)")
+    d.add_argument("--port", type=int, default=7860)
+    d.add_argument("--backend", default="auto", choices=["auto", "int8", "o2", "fp32", "cuda"],
+                   help="backend selected at start (switchable in the UI)")
+    d.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    d.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args) -> int:
+    from app.demo import launch
+
+    launch(args.classifier, args.qa, host=args.host, port=args.port, threads=args.threads, prefer=args.backend)
+    return 0

@@ -1,0 +1,291 @@
+"""`denki demo`: a Gradio app over the torch-free ONNX predictors — routing, span QA, batch scoring, latency.
+
+Handlers are plain functions of a :class:`DemoModels` (unit-tested without a browser); :func:`build_app` wires them
+into Gradio. Defaults are safe: binds 127.0.0.1, analytics off, inputs capped, at most two requests run at once and
+batch jobs one at a time (so a big upload cannot starve the routing box).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from models.errors import DenkiError
+from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS, MODEL_FILES, Predictor, _cuda_usable
+
+HUMAN_JA = "担当者へ"
+NO_ANSWER_JA = "回答なし"
+DEFAULT_DIRS = {"classifier": "runs/quickstart/classifier-onnx", "qa": "runs/quickstart/qa-onnx"}
+BACKEND_LABELS = {"int8": "ORT int8 (CPU)", "o2": "ORT O2 (CPU)", "fp32": "ORT fp32 (CPU)", "fp16": "CUDA fp16",
+                  "cuda-fp32": "CUDA fp32"}
+
+
+class DemoModels:
+    """Loaded ONNX bundles and one predictor per (task, backend), created on first use."""
+
+    def __init__(self, classifier: str | None = None, qa: str | None = None, *, threads: int | None = None,
+                 prefer: str = "auto"):
+        if classifier is None and qa is None:
+            found = {k: v for k, v in DEFAULT_DIRS.items() if Path(v, "manifest.json").is_file()}
+            if not found:
+                raise DenkiError("no models given and none found from the quickstart "
+                                 f"({DEFAULT_DIRS['classifier']}, {DEFAULT_DIRS['qa']}). Run `denki quickstart "
+                                 "--no-demo` first, or pass --classifier DIR / --qa DIR (ONNX bundles from "
+                                 "`denki export`)")
+            classifier, qa = found.get("classifier"), found.get("qa")
+        self.dirs = {"classifier": classifier, "qa": qa}
+        self.threads = threads
+        self.prefer = prefer
+        self.cuda = _cuda_usable()
+        self._cache: dict[tuple[str, str], Predictor] = {}
+        for kind, d in self.dirs.items():
+            if d is not None:
+                self.predictor(kind, self.backends(kind)[0])  # load now: a broken bundle fails at start-up
+
+    def backends(self, kind: str) -> list[str]:
+        d = self.dirs.get(kind)
+        if d is None:
+            return []
+        from serve.runtime import resolve_onnx_bundle
+
+        have = [b for b, f in MODEL_FILES.items() if (resolve_onnx_bundle(d) / f).is_file()]
+        out = [BACKEND_LABELS[b] for b in ("int8", "o2", "fp32") if b in have]
+        if self.cuda:
+            out = [BACKEND_LABELS["fp16"] if "fp16" in have else BACKEND_LABELS["cuda-fp32"]] + out
+        preferred = {"int8": "ORT int8", "o2": "ORT O2", "fp32": "ORT fp32", "cuda": "CUDA"}.get(self.prefer)
+        if preferred:  # the --backend choice first (it is the one selected at start)
+            out.sort(key=lambda label: not label.startswith(preferred))
+        return out
+
+    def predictor(self, kind: str, label: str) -> Predictor:
+        if self.dirs.get(kind) is None:
+            raise DenkiError(f"no {kind} model loaded (start the demo with --{'classifier' if kind == 'classifier' else 'qa'} DIR)")
+        key = (kind, label)
+        if key not in self._cache:
+            backend = {v: k for k, v in BACKEND_LABELS.items()}.get(label, "auto")
+            device = "cuda" if backend in ("fp16", "cuda-fp32") else "cpu"
+            backend = "fp32" if backend == "cuda-fp32" else backend
+            self._cache[key] = Predictor(self.dirs[kind], backend=backend, device=device, threads=self.threads)
+        return self._cache[key]
+
+    def examples(self, kind: str, n: int = 5) -> list:
+        """A few real examples from the bundle's own dev sample (parity_sample.json)."""
+        if self.dirs.get(kind) is None:
+            return []
+        p = self.predictor(kind, self.backends(kind)[0]).dir / "parity_sample.json"
+        if not p.is_file():
+            return []
+        sample = json.loads(p.read_text(encoding="utf-8"))
+        if kind == "classifier":
+            seen, out = set(), []
+            for t, lab in zip(sample["texts"], sample.get("labels") or [None] * len(sample["texts"])):
+                if lab not in seen and len(t) < 300:
+                    seen.add(lab)
+                    out.append([t])
+                if len(out) >= n:
+                    break
+            return out
+        out = []
+        for e in sample["examples"]:
+            if len(e["context"]) < 1500:
+                out.append([e["question"], e["context"]])
+            if len(out) >= n:
+                break
+        return out
+
+
+# ------------------------------------------------------------------ handlers (plain functions)
+def _timing(p: Predictor, wall_ms: float) -> dict:
+    t = p.last_timing
+    return {"backend": p.backend, "provider": p.provider, "tokenize_ms": round(t.get("tokenize_ms", 0.0), 2),
+            "inference_ms": round(t.get("inference_ms", 0.0), 2), "total_ms": round(wall_ms, 2)}
+
+
+def route_text(models: DemoModels, text: str, backend: str, top_k: int = 5) -> tuple[str, dict, str, dict]:
+    """→ (route markdown, {label: confidence} top-k, why markdown, timing)."""
+    text = (text or "").strip()
+    if not text:
+        return "問い合わせ文を入力してください。", {}, "", {}
+    if len(text) > MAX_TEXT_CHARS:
+        return (f"入力が長すぎます（{len(text):,} 文字、上限 {MAX_TEXT_CHARS:,} 文字）。", {}, "", {})
+    p = models.predictor("classifier", backend)
+    t0 = time.perf_counter()
+    r = p.classify([text])[0]
+    wall = (time.perf_counter() - t0) * 1e3
+    scores = dict(sorted(r["scores"].items(), key=lambda kv: -kv[1])[:top_k])
+    thr = float(p.task.get("threshold", 0.0) or 0.0)
+    if r["route"] == p.task.get("human_label", "human"):
+        head = f"### 振り分け先: **{HUMAN_JA}**（自信度が低いため）"
+    else:
+        head = f"### 振り分け先: **{r['label']}**"
+    why = (f"最上位 **{r['label']}** の確信度 {r['score']:.3f} / しきい値 {thr:.3f} → "
+           f"{'しきい値未満なので担当者へ回します' if r['score'] < thr else 'しきい値以上なので自動で振り分けます'}"
+           f"（温度 T={float(p.task.get('temperature', 1.0)):.2f} で較正済み）")
+    return head, scores, why, _timing(p, wall)
+
+
+def answer_question(models: DemoModels, question: str, passage: str, backend: str) -> tuple[list, str, dict]:
+    """→ (highlighted passage [(text, label|None)], result markdown, timing)."""
+    question, passage = (question or "").strip(), passage or ""
+    if not question or not passage.strip():
+        return [], "質問と本文の両方を入力してください。", {}
+    if len(question) > MAX_TEXT_CHARS or len(passage) > MAX_CONTEXT_CHARS:
+        return [], (f"入力が長すぎます（質問 {len(question):,} 文字 / 本文 {len(passage):,} 文字、上限 "
+                    f"{MAX_TEXT_CHARS:,} / {MAX_CONTEXT_CHARS:,} 文字）。"), {}
+    p = models.predictor("qa", backend)
+    t0 = time.perf_counter()
+    r = p.answer(question, passage)
+    wall = (time.perf_counter() - t0) * 1e3
+    thr = r["null_threshold"]
+    diff = r["null_score_diff"]
+    diff_s = "なし（候補スパンなし）" if not np.isfinite(diff) else f"{diff:.3f}"
+    if r["has_answer"]:
+        s, e = r["start"], r["end"]
+        spans = [(passage[:s], None), (passage[s:e], "回答"), (passage[e:], None)]
+        md = (f"### 回答: **{r['answer']}**\n文字位置 {s}–{e}（{r['windows']} ウィンドウ）・"
+              f"無回答スコア差 {diff_s} ≤ しきい値 {thr:.3f}")
+    else:
+        spans = [(passage, None)]
+        md = f"### {NO_ANSWER_JA}\n無回答スコア差 {diff_s} > しきい値 {thr:.3f}（{r['windows']} ウィンドウ）"
+    return [x for x in spans if x[0]], md, _timing(p, wall)
+
+
+def score_file(models: DemoModels, path: str | None, backend: str, out_dir: str | None = None) -> tuple:
+    """→ (scored file path, errors file path, summary markdown)."""
+    from serve.batch import classify_file
+
+    if not path:
+        return None, None, "CSV または JSONL ファイルをアップロードしてください。"
+    src = Path(path)
+    out_dir = Path(out_dir or tempfile.mkdtemp(prefix="denki-batch-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = src.name.removesuffix(".gz")
+    suffix = ".csv" if name.endswith(".csv") else ".jsonl"
+    out = out_dir / (Path(name).stem + ".scored" + suffix)
+    errs = out_dir / (Path(name).stem + ".errors.jsonl")
+    p = models.predictor("classifier", backend)
+    try:
+        r = classify_file(p.dir, src, out, errors_path=str(errs), backend=p.backend,
+                          device="cuda" if p.provider == "CUDAExecutionProvider" else "cpu", progress=False)
+    except DenkiError as e:
+        return None, None, f"エラー: {e}"
+    md = (f"入力 {r['rows_in']} 行 → 採点 {r['rows_out']} 行、エラー {r['rows_err']} 行"
+          f"（{r['rows_per_s']:.0f} 行/秒, {p.backend}）")
+    return str(out), (str(errs) if r["rows_err"] else None), md
+
+
+def latency_stats(history: list[dict]) -> tuple[str, object]:
+    """Running p50/p95 over the session and a histogram figure."""
+    from models.plotting import setup_matplotlib
+
+    plt = setup_matplotlib()
+    fig, ax = plt.subplots(figsize=(6, 2.8))
+    if not history:
+        ax.text(0.5, 0.5, "no requests yet", ha="center", va="center")
+        ax.set_axis_off()
+        return "まだリクエストがありません。", fig
+    lines = ["| 種類 | バックエンド | 件数 | p50 ms | p95 ms | 内 推論 p50 ms | 内 トークナイズ p50 ms |", "|---|---|---:|---:|---:|---:|---:|"]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for h in history:
+        groups.setdefault((h["task"], h["backend"]), []).append(h)
+    for (task, backend), hs in groups.items():
+        tot = [h["total_ms"] for h in hs]
+        lines.append(f"| {task} | {backend} | {len(hs)} | {np.percentile(tot, 50):.2f} | {np.percentile(tot, 95):.2f} | "
+                     f"{np.percentile([h['inference_ms'] for h in hs], 50):.2f} | "
+                     f"{np.percentile([h['tokenize_ms'] for h in hs], 50):.2f} |")
+        ax.hist(tot, bins=20, alpha=0.6, label=f"{task} · {backend}")
+    ax.set_xlabel("latency per request (ms)")
+    ax.set_ylabel("requests")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return "\n".join(lines), fig
+
+
+# ------------------------------------------------------------------ Gradio wiring
+def build_app(models: DemoModels):
+    import gradio as gr
+
+    with gr.Blocks(title="denki デモ") as app:
+        history = gr.State([])
+        gr.Markdown("# denki (電気) デモ\n自社の日本語テキストで学習した小さな ELECTRA モデル（ONNX, torch 不要）。"
+                    f" 入力上限: 問い合わせ {MAX_TEXT_CHARS:,} 文字 / 本文 {MAX_CONTEXT_CHARS:,} 文字。")
+        with gr.Tab("問い合わせ振り分け", visible=models.dirs["classifier"] is not None):
+            cls_backend = gr.Radio(models.backends("classifier"), value=(models.backends("classifier") or [None])[0],
+                                   label="バックエンド", elem_id="cls-backend")
+            inquiry = gr.Textbox(label="問い合わせ文", lines=3, elem_id="route-input",
+                                 max_length=MAX_TEXT_CHARS)
+            route_btn = gr.Button("振り分ける", variant="primary", elem_id="route-button")
+            route_md = gr.Markdown(elem_id="route-output")
+            scores = gr.Label(label="上位の確信度", num_top_classes=5, elem_id="route-scores")
+            why_md = gr.Markdown(elem_id="route-why")
+            cls_timing = gr.JSON(label="レイテンシ (ms)", elem_id="route-timing")
+            if models.examples("classifier"):
+                gr.Examples(models.examples("classifier"), inputs=[inquiry], label="例")
+        with gr.Tab("回答抽出", visible=models.dirs["qa"] is not None):
+            qa_backend = gr.Radio(models.backends("qa"), value=(models.backends("qa") or [None])[0],
+                                  label="バックエンド", elem_id="qa-backend")
+            question = gr.Textbox(label="質問", lines=1, elem_id="qa-question", max_length=MAX_TEXT_CHARS)
+            passage = gr.Textbox(label="本文", lines=8, elem_id="qa-passage", max_length=MAX_CONTEXT_CHARS)
+            qa_btn = gr.Button("回答を探す", variant="primary", elem_id="qa-button")
+            qa_md = gr.Markdown(elem_id="qa-output")
+            highlighted = gr.HighlightedText(label="本文中の回答", color_map={"回答": "orange"},
+                                             elem_id="qa-highlight", combine_adjacent=True)
+            qa_timing = gr.JSON(label="レイテンシ (ms)", elem_id="qa-timing")
+            if models.examples("qa"):
+                gr.Examples(models.examples("qa", 3), inputs=[question, passage], label="例")
+        with gr.Tab("バッチ", visible=models.dirs["classifier"] is not None):
+            gr.Markdown("CSV（ヘッダー行あり）または JSONL をアップロードすると、各行に label / score / route を"
+                        "付けたファイルを返します。処理できない行はエラーファイルに行番号と理由付きで出力されます。")
+            upload = gr.File(label="入力ファイル (.csv / .jsonl / .gz)", file_types=[".csv", ".jsonl", ".gz"],
+                             type="filepath", elem_id="batch-input")
+            batch_btn = gr.Button("採点する", elem_id="batch-button")
+            batch_md = gr.Markdown(elem_id="batch-output")
+            scored = gr.File(label="採点結果", elem_id="batch-scored")
+            errors = gr.File(label="エラー行", elem_id="batch-errors")
+        with gr.Tab("レイテンシ"):
+            lat_md = gr.Markdown("まだリクエストがありません。", elem_id="latency-table")
+            lat_plot = gr.Plot(label="リクエストごとのレイテンシ")
+            refresh = gr.Button("更新", elem_id="latency-refresh")
+
+        def do_route(text, backend, hist):
+            head, sc, why, timing = route_text(models, text, backend)
+            if timing:
+                hist = hist + [{"task": "振り分け", **timing}]
+            return head, sc, why, timing, hist
+
+        def do_answer(q, ctx, backend, hist):
+            spans, md, timing = answer_question(models, q, ctx, backend)
+            if timing:
+                hist = hist + [{"task": "回答抽出", **timing}]
+            return spans, md, timing, hist
+
+        route_btn.click(do_route, [inquiry, cls_backend, history], [route_md, scores, why_md, cls_timing, history],
+                        concurrency_id="predict")
+        inquiry.submit(do_route, [inquiry, cls_backend, history], [route_md, scores, why_md, cls_timing, history],
+                       concurrency_id="predict")
+        qa_btn.click(do_answer, [question, passage, qa_backend, history], [highlighted, qa_md, qa_timing, history],
+                     concurrency_id="predict")
+        batch_btn.click(lambda f, b: score_file(models, f, b), [upload, cls_backend], [scored, errors, batch_md],
+                        concurrency_limit=1, concurrency_id="batch")
+        refresh.click(latency_stats, [history], [lat_md, lat_plot])
+        history.change(latency_stats, [history], [lat_md, lat_plot])
+    # At most two predictions at once; batch jobs one at a time; a bounded queue (excess requests are refused).
+    app.queue(max_size=64, default_concurrency_limit=2)
+    return app
+
+
+def launch(classifier: str | None, qa: str | None, *, host: str = "127.0.0.1", port: int = 7860,
+           threads: int | None = None, prefer: str = "auto", block: bool = True):
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    models = DemoModels(classifier, qa, threads=threads, prefer=prefer)
+    app = build_app(models)
+    print(f"denki demo: http://{host}:{port}  (classifier: {models.dirs['classifier']}, qa: {models.dirs['qa']})")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"denki demo: WARNING: listening on {host}: reachable from other machines; there is no login")
+    app.launch(server_name=host, server_port=port, share=False, prevent_thread_lock=not block,
+               max_file_size="50mb", quiet=True, footer_links=["settings"])
+    return app

@@ -1,0 +1,99 @@
+"""Demo handlers (no browser): routing, QA highlighting, batch upload, latency stats, input caps."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from models.errors import DenkiError
+
+
+@pytest.fixture(scope="module")
+def models(onnx_classifier, onnx_qa):
+    from app.demo import DemoModels
+
+    return DemoModels(str(onnx_classifier), str(onnx_qa))
+
+
+def test_backends_and_examples(models):
+    assert models.backends("classifier")[0] == "ORT int8 (CPU)"
+    assert "ORT fp32 (CPU)" in models.backends("classifier")
+    ex = models.examples("classifier")
+    assert ex and all(isinstance(e[0], str) and e[0] for e in ex)
+    qa_ex = models.examples("qa")
+    assert qa_ex and len(qa_ex[0]) == 2
+
+
+def test_route_handler(models):
+    from app.demo import HUMAN_JA, route_text
+
+    head, scores, why, timing = route_text(models, "新しいスマートフォンが発売されました", "ORT fp32 (CPU)")
+    assert head.startswith("### 振り分け先")
+    assert len(scores) == 5 and abs(sum(scores.values()) - 1) < 1 or sum(scores.values()) <= 1.0000001
+    assert "しきい値" in why and timing["backend"] == "fp32" and timing["total_ms"] > 0
+    # the bundle's threshold decides "human"
+    models.predictor("classifier", "ORT fp32 (CPU)").task["threshold"] = 1.01
+    head, *_ = route_text(models, "新しいスマートフォンが発売されました", "ORT fp32 (CPU)")
+    assert HUMAN_JA in head
+    models.predictor("classifier", "ORT fp32 (CPU)").task["threshold"] = 0.3
+    msg, scores, _, timing = route_text(models, "あ" * 20_001, "ORT fp32 (CPU)")
+    assert "長すぎ" in msg and not scores and not timing
+    assert "入力" in route_text(models, "   ", "ORT fp32 (CPU)")[0]
+
+
+def test_qa_handler_highlights_exact_span(models):
+    from app.demo import NO_ANSWER_JA, answer_question
+
+    p = models.predictor("qa", "ORT int8 (CPU)")
+    passage = "富士山は静岡県と山梨県にまたがる活火山である。標高は3776メートル。"
+    p.task["null_threshold"] = 1e9
+    spans, md, timing = answer_question(models, "富士山の標高は?", passage, "ORT int8 (CPU)")
+    assert "".join(s for s, _ in spans) == passage
+    hl = [s for s, lab in spans if lab == "回答"]
+    assert len(hl) == 1 and hl[0] in passage and "回答" in md
+    p.task["null_threshold"] = -1e9
+    spans, md, _ = answer_question(models, "富士山の標高は?", passage, "ORT int8 (CPU)")
+    assert NO_ANSWER_JA in md and spans == [(passage, None)]
+    p.task["null_threshold"] = 0.0
+    assert "長すぎ" in answer_question(models, "q", "あ" * 100_001, "ORT int8 (CPU)")[1]
+
+
+def test_batch_handler_reports_errors(models, tmp_path):
+    from app.demo import score_file
+
+    src = tmp_path / "upload.jsonl"
+    src.write_text(json.dumps({"title": "テスト記事"}, ensure_ascii=False) + "\n{bad json\n" +
+                   json.dumps({"title": "スマホ"}, ensure_ascii=False) + "\n", encoding="utf-8")
+    out, errs, md = score_file(models, str(src), "ORT fp32 (CPU)", out_dir=str(tmp_path / "o"))
+    assert "採点 2 行" in md and "エラー 1 行" in md
+    assert len(open(out, encoding="utf-8").read().splitlines()) == 2
+    assert json.loads(open(errs, encoding="utf-8").read().splitlines()[0])["line"] == 2
+    assert score_file(models, None, "ORT fp32 (CPU)")[0] is None
+
+
+def test_latency_stats(models):
+    from app.demo import latency_stats, route_text
+
+    md, fig = latency_stats([])
+    assert "まだ" in md
+    hist = []
+    for t in ("一つ目", "二つ目", "三つ目"):
+        timing = route_text(models, t, "ORT int8 (CPU)")[3]
+        hist.append({"task": "振り分け", **timing})
+    md, fig = latency_stats(hist)
+    assert "| 振り分け | int8 | 3 |" in md and fig is not None
+
+
+def test_missing_models_message(tmp_path, monkeypatch):
+    from app.demo import DemoModels
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DenkiError, match="denki quickstart"):
+        DemoModels()
+
+
+def test_build_app(models):
+    from app.demo import build_app
+
+    app = build_app(models)
+    assert app is not None

@@ -1,0 +1,109 @@
+"""End to end in a real browser: start `denki demo` on a free loopback port, drive headless Chromium with
+Playwright (Debian's /usr/bin/chromium; `.ci/run` installs it and a Japanese font), route an inquiry, ask a
+question, see the highlighted answer, and save screenshots."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+
+CHROMIUM = os.environ.get("DENKI_CHROMIUM", "/usr/bin/chromium")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def demo_url(onnx_classifier, onnx_qa, tmp_path_factory):
+    if not Path(CHROMIUM).exists():
+        msg = f"{CHROMIUM} not found: `apt-get install -y chromium fonts-ipafont-gothic` (what .ci/run does)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    pytest.importorskip("playwright")
+    port = _free_port()
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1",
+               GRADIO_TEMP_DIR=str(tmp_path_factory.mktemp("gradio")))
+    log = open(tmp_path_factory.mktemp("log") / "demo.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "demo", "--classifier", str(onnx_classifier),
+                             "--qa", str(onnx_qa), "--port", str(port)], cwd=REPO, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        for _ in range(120):
+            if proc.poll() is not None:
+                raise RuntimeError(f"demo exited with {proc.returncode}: {open(log.name).read()[-2000:]}")
+            try:
+                urllib.request.urlopen(url, timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise RuntimeError("demo did not start within 60 s")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def test_demo_in_browser(demo_url, tmp_path):
+    from playwright.sync_api import expect, sync_playwright
+
+    shots = Path(os.environ.get("DENKI_SCREENSHOT_DIR", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1400})
+            page.goto(demo_url, wait_until="domcontentloaded")  # Gradio keeps a stream open: no "networkidle"
+            page.locator("#route-input textarea").wait_for(timeout=60_000)
+            # routing
+            page.locator("#route-input textarea").fill("新しいスマートフォンの発売日を教えてください")
+            page.locator("#route-button").click()
+            route = page.locator("#route-output")
+            expect(route).to_contain_text("振り分け先", timeout=30_000)
+            assert route.inner_text().strip().startswith("振り分け先")
+            expect(page.locator("#route-why")).to_contain_text("しきい値")
+            page.screenshot(path=str(shots / "demo_routing.png"), full_page=True)
+            # QA
+            page.get_by_role("tab", name="回答抽出").click()
+            passage = "富士山は静岡県と山梨県にまたがる活火山である。標高は3776メートルで、日本最高峰である。"
+            page.locator("#qa-question textarea").fill("富士山の標高は何メートルですか?")
+            page.locator("#qa-passage textarea").fill(passage)
+            page.locator("#qa-button").click()
+            expect(page.locator("#qa-output")).to_contain_text("回答", timeout=30_000)
+            answer_line = page.locator("#qa-output").inner_text()
+            assert "回答:" in answer_line
+            answer = answer_line.split("回答:", 1)[1].split("\n", 1)[0].strip()
+            assert answer and answer in passage  # an exact substring of the passage
+            # the highlighted component shows the passage with the answer span labelled 回答
+            highlight = page.locator("#qa-highlight")
+            expect(highlight).to_contain_text("回答")
+            text = highlight.inner_text()
+            assert answer in text.replace("\n", "") or answer.replace(" ", "") in text.replace("\n", "")
+            page.screenshot(path=str(shots / "demo_qa.png"), full_page=True)
+            # latency tab shows the session's requests
+            page.get_by_role("tab", name="レイテンシ").click()
+            expect(page.locator("#latency-table")).to_contain_text("int8", timeout=15_000)
+        finally:
+            browser.close()
+    assert (shots / "demo_routing.png").stat().st_size > 10_000
