@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def register(sub) -> None:
@@ -68,6 +69,8 @@ def cmd_pretrain(args) -> int:
         save_every=args.save_every, keep=args.keep, cache_dir=args.cache_dir, compile=args.compile,
         export=not args.no_export)
     s = run_pretrain(cfg)
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
+        return 0
     f = s.get("final") or {}
     msg = (f"pretrain: {s['objective']}-{s['size']} {s['steps']} steps, {s['tokens']:,} tokens, "
            f"{s['flops']:.3g} FLOPs, {s['wall_s']:.0f}s; gen_acc {f.get('gen_acc', 0):.3f}")

@@ -132,10 +132,12 @@ def build_token_cache(corpus: list[str | os.PathLike], tokenizer, cache_dir: str
             "corpus": [{"path": str(p), "sha256": s} for p, s in zip(corpus, shas)],
             "tokenizer": tokenizer.fingerprint(), "vocab_size": tokenizer.vocab_size,
         })
-        if final.exists():  # another process finished first; keep its copy
-            shutil.rmtree(tmp)
-        else:
+        try:
             os.replace(tmp, final)
+        except OSError:  # another process (e.g. a rank on another node) finished first: keep its copy
+            if not (final / "meta.json").is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -28,8 +28,8 @@ def gumbel_sample(logits: torch.Tensor) -> torch.Tensor:
     """One sample per row of ``(M, V)`` logits: ``argmax(logits + Gumbel noise)`` in fp32, no gradient."""
     with torch.no_grad():
         logits = logits.detach().float()
-        u = torch.rand_like(logits)
-        gumbel = -torch.log(-torch.log(u.clamp_min(1e-9)).clamp_min(1e-9))
+        u = torch.rand_like(logits).clamp_(1e-9, 1.0 - 1e-7)  # keep both logs finite
+        gumbel = -torch.log(-torch.log(u))
         return (logits + gumbel).argmax(dim=-1)
 
 

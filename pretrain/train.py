@@ -211,6 +211,8 @@ def plot_curves(rows: list[dict], path: str | os.PathLike, title: str = "") -> N
     if rows[-1].get("disc_precision") is not None:
         for k in ("disc_precision", "disc_recall", "disc_acc"):
             ax.plot(x, [r[k] for r in rows], label=k)
+        # the trivial "everything is original" answer, for scale
+        ax.plot(x, [1 - r["replace_rate"] for r in rows], "k:", label="acc of 'all original'")
     ax.set_title("discriminator (replaced = positive)")
     for a in axes.flat:
         a.set_xlabel("training FLOPs")

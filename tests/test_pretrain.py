@@ -109,7 +109,11 @@ def test_generator_logits_only_at_masked_positions_and_no_grad_sampling():
     ids, am = _batch()
     mk = mask_tokens(ids, mask_prob=0.15, mask_id=MASK, special_ids=SPECIAL, vocab_size=300)
     seen = {}
-    m.generator.generator_lm_head.register_forward_hook(lambda mod, inp, out: seen.setdefault("shape", out.shape))
+
+    def record(mod, inp, out):
+        seen["shape"] = tuple(out.shape)
+
+    m.generator.generator_lm_head.register_forward_hook(record)
     sampled_box = {}
 
     def spy(logits):
@@ -127,8 +131,10 @@ def test_generator_logits_only_at_masked_positions_and_no_grad_sampling():
     logits = torch.full((5, 300), -30.0, dtype=torch.bfloat16)
     logits[torch.arange(5), torch.tensor([7, 8, 9, 10, 11])] = 30.0
     assert gumbel_sample(logits).tolist() == [7, 8, 9, 10, 11]
-    # and samples from the softmax otherwise: uniform logits → many distinct tokens
-    assert len(set(gumbel_sample(torch.zeros(2000, 300)).tolist())) > 200
+    # and samples from the softmax otherwise
+    probs = torch.tensor([0.6, 0.3, 0.1])
+    freq = torch.bincount(gumbel_sample(probs.log().expand(20000, 3)), minlength=3) / 20000
+    assert torch.allclose(freq, probs, atol=0.02), freq
 
 
 def test_labels_sampled_equal_to_original_are_original_and_loss_is_mlm_plus_lambda_disc():
@@ -315,12 +321,12 @@ def test_cli_mlm_run_and_export_subcommand(tiny_tokenizer_dir, cache_dir, tmp_pa
     # a budget in FLOPs: stops as soon as the cumulative count reaches it
     out2 = tmp_path / "budget"
     rc = main(["pretrain", "--corpus", str(SAMPLE_CORPUS), "--tokenizer", str(tiny_tokenizer_dir), "--objective",
-               "mlm", "--out", str(out2), "--max-flops", "5e9", "--batch-size", "4", "--seq-len", "32", "--device",
+               "mlm", "--out", str(out2), "--max-flops", "2e9", "--batch-size", "4", "--seq-len", "32", "--device",
                "cpu", "--cache-dir", str(cache_dir), "--no-export"])
     s = json.loads((out2 / "summary.json").read_text())
-    assert rc == 0 and s["flops"] >= 5e9 and s["steps"] >= 2
+    assert rc == 0 and s["flops"] >= 2e9 and s["steps"] >= 2
     per_step = s["flops"] / s["steps"]
-    assert s["flops"] - per_step < 5e9
+    assert s["flops"] - per_step < 2e9
 
 
 def _free_port() -> int:

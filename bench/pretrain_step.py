@@ -1,0 +1,236 @@
+"""Pretraining step cost: the RTD (ELECTRA) step vs the MLM step on the same discriminator, and vs a naive RTD.
+
+Variants, measured in one run with the steps interleaved round-robin (so that load changes on a shared machine
+hit every variant alike):
+
+* ``rtd``   — denki's ``RTDPretrainer``: shared embeddings, generator LM head only at the masked positions;
+* ``mlm``   — denki's ``MLMPretrainer`` (BERT-style MLM on the discriminator-size encoder);
+* ``naive`` — a naive RTD reference: the generator has its own embeddings (no sharing) and computes LM-head
+  logits at every position (``B·L·V``), the loss is then gathered at the masked positions.
+
+Each timed step = masking + forward + backward + AdamW step. Reported: seconds per step (median), tokens/s,
+analytic GFLOP per step, ratios to MLM, and peak memory (CUDA: ``max_memory_allocated``; CPU: peak RSS of a
+separate process running that variant for two steps, minus its RSS after imports).
+
+    python bench/pretrain_step.py --size tiny --steps 10
+    python bench/pretrain_step.py --size small --steps 3 --json runs/bench_pretrain_small.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from models.presets import electra_config, generator_config  # noqa: E402
+from pretrain.flops import (disc_head_forward_flops, encoder_forward_flops,  # noqa: E402
+                            mlm_head_forward_flops, step_flops)
+from pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens  # noqa: E402
+from pretrain.model import build_pretrainer, gumbel_sample  # noqa: E402
+
+SPECIAL = (0, 2, 3, 4)
+
+
+class NaiveRTD(nn.Module):
+    """Reference RTD without the two savings: separate generator embeddings, LM head at all positions."""
+
+    def __init__(self, disc_config, gen_config, disc_weight=50.0):
+        super().__init__()
+        from transformers import ElectraForMaskedLM, ElectraForPreTraining
+
+        self.discriminator = ElectraForPreTraining(disc_config)
+        self.generator = ElectraForMaskedLM(gen_config)  # own embeddings, head tied to them
+        self.disc_weight = disc_weight
+
+    def forward(self, original_ids, masked_ids, positions, attention_mask):
+        logits = self.generator(input_ids=masked_ids, attention_mask=attention_mask).logits  # (B, L, V)
+        targets = original_ids[positions]
+        mlm_logits = logits[positions]
+        mlm_loss = F.cross_entropy(mlm_logits.float(), targets)
+        sampled = gumbel_sample(mlm_logits)
+        disc_input = original_ids.clone()
+        disc_input[positions] = sampled
+        labels = ((disc_input != original_ids) & attention_mask.bool()).float()
+        dl = self.discriminator(input_ids=disc_input, attention_mask=attention_mask).logits
+        per = F.binary_cross_entropy_with_logits(dl.float(), labels, reduction="none")
+        disc_loss = (per * attention_mask).sum() / attention_mask.sum()
+        return {"loss": mlm_loss + self.disc_weight * disc_loss}
+
+
+def naive_flops(d, g, B, L, M):
+    fwd = (encoder_forward_flops(g, B, L) + mlm_head_forward_flops(g, B * L)
+           + encoder_forward_flops(d, B, L) + disc_head_forward_flops(d, B, L))
+    return 3 * fwd
+
+
+def build(variant, d, g, device):
+    if variant == "rtd":
+        m = build_pretrainer("electra", d, g)
+    elif variant == "mlm":
+        m = build_pretrainer("mlm", d, g)
+    else:
+        m = NaiveRTD(d, g)
+    m = m.to(device).train()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=device.type == "cuda")
+    return m, opt
+
+
+def make_batch(B, L, V, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, V, (B, L), generator=g)
+    ids[:, 0], ids[:, -1] = 2, 3
+    return ids.to(device), torch.ones(B, L, dtype=torch.long, device=device)
+
+
+def one_step(variant, m, opt, ids, am, V, amp):
+    mk = mask_tokens(ids, mask_prob=0.15, mask_id=4, special_ids=SPECIAL, vocab_size=V,
+                     split=BERT_SPLIT if variant == "mlm" else ELECTRA_SPLIT)
+    with amp():
+        out = m(ids, mk.input_ids, mk.positions, am)
+    out["loss"].backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return int(mk.positions.sum())
+
+
+def _amp_factory(device, bf16):
+    import contextlib
+
+    if bf16:
+        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+def memory_child(args) -> None:
+    """Subprocess: run one variant for two steps, print peak RSS (MiB)."""
+    def hwm_mib() -> float:
+        # VmHWM is per address space (reset by exec), unlike ru_maxrss which a child inherits from its parent
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    device = torch.device("cpu")
+    d = electra_config(args.size, args.vocab)
+    g = generator_config(d, 0.25)
+    ids, am = make_batch(args.batch_size, args.seq_len, args.vocab, device)
+    base = hwm_mib()
+    m, opt = build(args.memory_child, d, g, device)
+    for _ in range(2):
+        one_step(args.memory_child, m, opt, ids, am, args.vocab, _amp_factory(device, args.bf16))
+    peak = hwm_mib()
+    print(json.dumps({"peak_rss_mib": peak, "delta_rss_mib": peak - base}))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="tiny", choices=("tiny", "small", "base"))
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--vocab", type=int, default=8000, help="vocabulary size (8,000 = the shared-corpus tokenizer)")
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per variant")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps per variant first")
+    ap.add_argument("--variants", default="rtd,mlm,naive")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (always on with CUDA)")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--no-memory", action="store_true", help="skip the CPU peak-RSS subprocesses")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.memory_child:
+        memory_child(args)
+        return 0
+
+    from models.training import pick_device
+
+    device = pick_device(args.device)
+    bf16 = args.bf16 or device.type == "cuda"
+    amp = _amp_factory(device, bf16)
+    torch.manual_seed(0)
+    d = electra_config(args.size, args.vocab)
+    g = generator_config(d, 0.25)
+    B, L, V = args.batch_size, args.seq_len, args.vocab
+    ids, am = make_batch(B, L, V, device)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    built = {v: build(v, d, g, device) for v in variants}
+    for v in variants:
+        for _ in range(args.warmup):
+            one_step(v, *built[v], ids, am, V, amp)
+    times = {v: [] for v in variants}
+    masked = {}
+    peak = {}
+    for _ in range(args.steps):
+        for v in variants:  # round-robin: load changes hit every variant alike
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            t0 = time.perf_counter()
+            masked[v] = one_step(v, *built[v], ids, am, V, amp)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                peak[v] = max(peak.get(v, 0), torch.cuda.max_memory_allocated() / 2**20)
+            times[v].append(time.perf_counter() - t0)
+
+    if device.type == "cpu" and not args.no_memory:
+        for v in variants:
+            cmd = [sys.executable, __file__, "--size", args.size, "--batch-size", str(B), "--seq-len", str(L),
+                   "--vocab", str(V), "--memory-child", v] + (["--bf16"] if args.bf16 else [])
+            res = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
+            try:
+                peak[v] = json.loads(res.stdout.strip().splitlines()[-1])["delta_rss_mib"]
+            except (IndexError, json.JSONDecodeError, KeyError):
+                peak[v] = None
+
+    rows = {}
+    for v in variants:
+        s = statistics.median(times[v])
+        M = masked[v]
+        fl = naive_flops(d, g, B, L, M) if v == "naive" else step_flops("electra" if v == "rtd" else "mlm", d, g, B,
+                                                                          L, M)
+        rows[v] = {"s_per_step": s, "tokens_per_s": B * L / s, "gflop_per_step": fl / 1e9,
+                   "achieved_gflop_s": fl / 1e9 / s, "peak_mem_mib": peak.get(v)}
+    base = rows.get("mlm", {}).get("s_per_step")
+    for v in rows:
+        rows[v]["time_vs_mlm"] = rows[v]["s_per_step"] / base if base else None
+    result = {"size": args.size, "batch": B, "seq_len": L, "vocab": V, "device": str(device), "bf16": bf16,
+              "threads": torch.get_num_threads(), "steps": args.steps, "torch": torch.__version__,
+              "peak_mem_kind": ("cuda max_memory_allocated" if device.type == "cuda"
+                                else "process peak RSS (VmHWM) minus RSS after imports"),
+              "variants": rows}
+    if "rtd" in rows and "naive" in rows:
+        result["rtd_vs_naive_time"] = rows["rtd"]["s_per_step"] / rows["naive"]["s_per_step"]
+    print(f"pretrain step, size {args.size}, batch {B}×{L}, vocab {V}, {device}, bf16={bf16}, "
+          f"{torch.get_num_threads()} threads, median of {args.steps} interleaved steps")
+    print(f"{'variant':8} {'s/step':>8} {'tokens/s':>10} {'GFLOP/step':>11} {'GFLOP/s':>8} {'× MLM':>6} "
+          f"{'peak MiB':>9}")
+    for v, r in rows.items():
+        pm = f"{r['peak_mem_mib']:.0f}" if r["peak_mem_mib"] else "-"
+        tv = f"{r['time_vs_mlm']:.2f}" if r["time_vs_mlm"] else "-"
+        print(f"{v:8} {r['s_per_step']:8.3f} {r['tokens_per_s']:10,.0f} {r['gflop_per_step']:11.1f} "
+              f"{r['achieved_gflop_s']:8.1f} {tv:>6} {pm:>9}")
+    if "rtd_vs_naive_time" in result:
+        print(f"RTD / naive RTD step time: {result['rtd_vs_naive_time']:.2f}")
+    if args.json:
+        from models.fileio import atomic_write_json
+
+        atomic_write_json(args.json, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
