@@ -17,7 +17,6 @@ Torch is imported at module level: ``serve/`` must use :mod:`models.decision` / 
 from __future__ import annotations
 
 import math
-import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -27,6 +26,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .classify_eval import evaluate_bundle as evaluate  # noqa: F401  (torch-free; re-exported here)
+from .classify_eval import resolve_bundle
 from .errors import DenkiError
 
 DEFAULT_LR_SMALL = 3e-4  # ELECTRA-Small / tiny (paper, Table 7); 1e-4 underfits tiny encoders badly (DESIGN.md)
@@ -196,6 +197,11 @@ def train_one_seed(make_model, seed: int, train_ids: list[np.ndarray], train_gol
     best = {"macro_f1": -1.0}
     history, bad_epochs = [], 0
     t0 = time.perf_counter()
+    if cfg.epochs == 0:  # re-fit the routing rule of an existing classifier: score dev once, no training
+        dev_logits = predict_logits(model, dev_ids, pad_id=pad_id, batch_size=cfg.eval_batch_size, device=device,
+                                    bf16=cfg.bf16, progress=cfg.progress, desc="dev")
+        best = {**_dev_macro_f1(dev_logits, dev_gold, labels), "epoch": 0, "dev_logits": dev_logits,
+                "state": {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}}
     model.train()
     for epoch in range(1, cfg.epochs + 1):
         losses = []
@@ -246,6 +252,13 @@ def _subsample(data, n: int | None, seed: int = 0):
     return data
 
 
+def _bundle_labels(bundle: str) -> list[str] | None:
+    """The label list of a classifier bundle (``task.json``), or None."""
+    from .bundle import read_task
+
+    return read_task(bundle).get("labels")
+
+
 def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None = None,
              init_random: str | None = None, tokenizer_dir: str | None = None, text_field: str = "text",
              label_field: str = "label", cfg: FinetuneConfig | None = None,
@@ -275,6 +288,10 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
             raise DenkiError(f"{name} must be in (0, 1], got {v}")
     if not cfg.seeds:
         raise DenkiError("--seeds must be at least 1")
+    if cfg.epochs < 0:
+        raise DenkiError("--epochs must be ≥ 0")
+    if cfg.epochs == 0:
+        cfg.seeds = cfg.seeds[:1]  # nothing is trained: one pass over dev is enough
     out = Path(out_dir)
     t_start = time.perf_counter()
     parent = None
@@ -285,12 +302,21 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
             raise DenkiError(f"{model}: bundle kind is {parent.get('kind')!r}; fine-tuning needs a 'pretrained' "
                              "(or 'classifier') PyTorch bundle")
         tokenizer_dir = model
+        if cfg.epochs == 0:
+            cfg_labels = _bundle_labels(model)
+            if parent.get("kind") != "classifier" or cfg_labels is None:
+                raise DenkiError("--epochs 0 (re-fit the routing rule only) needs a 'classifier' bundle as --model")
+    elif cfg.epochs == 0:
+        raise DenkiError("--epochs 0 (re-fit the routing rule only) needs a 'classifier' bundle as --model")
 
     train = read_labelled(train_path, text_field, label_field, skip_empty=skip_empty)
     n_train_total = len(train)
     train = _subsample(train, max_train_examples)
     dev = read_labelled(dev_path, text_field, label_field, skip_empty=skip_empty)
     labels = check_label_sets(train, dev, label_field)
+    if cfg.epochs == 0 and _bundle_labels(model) != labels:
+        raise DenkiError(f"--epochs 0: the training labels {labels} differ from the bundle's "
+                         f"{_bundle_labels(model)}; fine-tune instead")
     min_recall = dict(min_recall or {})
     for lab in min_recall:
         if lab not in labels:
@@ -301,8 +327,8 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     dev_gold = label_indices(dev.labels, labels, dev.path, dev.lines, label_field)
 
     tok = JapaneseTokenizer.load(tokenizer_dir)
-    train_ids, train_trunc = encode_texts(tok, train.texts, cfg.max_length, progress=cfg.progress,
-                                          desc="tokenize train")
+    train_ids, train_trunc = ([], 0) if cfg.epochs == 0 else encode_texts(
+        tok, train.texts, cfg.max_length, progress=cfg.progress, desc="tokenize train")
     dev_ids, dev_trunc = encode_texts(tok, dev.texts, cfg.max_length, progress=cfg.progress, desc="tokenize dev")
     make_model = make_model_factory(labels=labels, bundle=model, random_size=init_random,
                                     vocab_size=tok.vocab_size)
@@ -420,14 +446,6 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
 
 
 # ----------------------------------------------------------------------------------------------- evaluation
-def resolve_bundle(path: str | os.PathLike) -> Path:
-    """A run directory of ``finetune classify`` holds the bundle in ``bundle/``; accept either."""
-    p = Path(path)
-    if not (p / "manifest.json").is_file() and (p / "bundle" / "manifest.json").is_file():
-        return p / "bundle"
-    return p
-
-
 def torch_logits_fn(bundle_dir: Path, *, device: str = "auto", batch_size: int = 128, progress: bool = True):
     """``texts → logits (n, K)`` with the bundle's PyTorch model (tokenised with the bundle's tokenizer)."""
     from transformers import ElectraForSequenceClassification
@@ -449,39 +467,3 @@ def torch_logits_fn(bundle_dir: Path, *, device: str = "auto", batch_size: int =
                               progress=progress)
 
     return fn
-
-
-def evaluate(model_dir: str, data_path: str, *, text_field: str | None = None, label_field: str | None = None,
-             device: str = "auto", batch_size: int = 128, skip_empty: bool = False, progress: bool = True) -> dict:
-    """``denki evaluate classify``: score a labelled file with the bundle's routing rule."""
-    from .bundle import read_manifest, read_task
-    from .classify_eval import evaluate_logits, label_indices
-    from .records import read_labelled
-
-    bundle_dir = resolve_bundle(model_dir)
-    manifest = read_manifest(bundle_dir)
-    kind = manifest.get("kind")
-    task = read_task(bundle_dir)
-    if not task.get("labels"):
-        raise DenkiError(f"{bundle_dir}: no task.json with labels; is this a classifier bundle?")
-    text_field = text_field or task.get("text_field", "text")
-    label_field = label_field or task.get("label_field", "label")
-    data = read_labelled(data_path, text_field, label_field, skip_empty=skip_empty)
-    gold = label_indices(data.labels, task["labels"], data.path, data.lines, label_field)
-    if kind == "classifier":
-        fn = torch_logits_fn(bundle_dir, device=device, batch_size=batch_size, progress=progress)
-    elif kind == "onnx-classifier":
-        try:
-            from serve.onnx_classifier import onnx_logits_fn  # provided by the ONNX export issue
-        except ImportError:
-            raise DenkiError(f"{bundle_dir}: ONNX classifier bundles need the ONNX runtime module "
-                             "(serve.onnx_classifier.onnx_logits_fn), which is not installed in this version") from None
-        fn = onnx_logits_fn(bundle_dir)
-    else:
-        raise DenkiError(f"{bundle_dir}: bundle kind is {kind!r}; expected 'classifier' or 'onnx-classifier'")
-    t0 = time.perf_counter()
-    logits = fn(data.texts)
-    res = evaluate_logits(logits, gold, task)
-    res.update({"model": str(bundle_dir), "kind": kind, "data": str(data_path), "text_field": text_field,
-                "label_field": label_field, "skipped": len(data.skipped), "seconds": time.perf_counter() - t0})
-    return res

@@ -2,6 +2,10 @@
 and the ONNX evaluation report exactly the same metrics)."""
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
 import numpy as np
 
 from .decision import decide, softmax
@@ -61,3 +65,50 @@ def evaluate_logits(logits: np.ndarray, gold: np.ndarray, task: dict, *, curves:
         out["reliability_uncalibrated"] = reliability_bins(score1, correct)
         out["coverage_curve"] = coverage_curve(score, correct)
     return out
+
+
+def resolve_bundle(path: str | os.PathLike) -> Path:
+    """A run directory of ``finetune classify`` holds the bundle in ``bundle/``; accept either."""
+    p = Path(path)
+    if not (p / "manifest.json").is_file() and (p / "bundle" / "manifest.json").is_file():
+        return p / "bundle"
+    return p
+
+
+def evaluate_bundle(model_dir: str | os.PathLike, data_path: str | os.PathLike, *, text_field: str | None = None,
+                    label_field: str | None = None, logits_fn=None, device: str = "auto", batch_size: int = 128,
+                    skip_empty: bool = False, progress: bool = True) -> dict:
+    """``denki evaluate classify``: score a labelled file with the bundle's routing rule.
+
+    ``logits_fn`` (``texts → logits (n, K)``) scores the texts; by default a PyTorch ``classifier`` bundle is
+    loaded (torch imported only then). ONNX bundles need it passed in (``serve.evaluate.onnx_logits_fn``; the
+    ``models`` layer does not import ``serve``)."""
+    from .bundle import read_manifest, read_task
+    from .errors import DenkiError
+    from .records import read_labelled
+
+    bundle_dir = resolve_bundle(model_dir)
+    manifest = read_manifest(bundle_dir)
+    kind = manifest.get("kind")
+    if kind not in ("classifier", "onnx-classifier"):
+        raise DenkiError(f"{bundle_dir}: bundle kind is {kind!r}; expected 'classifier' or 'onnx-classifier'")
+    task = read_task(bundle_dir)
+    if not task.get("labels"):
+        raise DenkiError(f"{bundle_dir}: no task.json with labels; is this a classifier bundle?")
+    text_field = text_field or task.get("text_field", "text")
+    label_field = label_field or task.get("label_field", "label")
+    data = read_labelled(data_path, text_field, label_field, skip_empty=skip_empty)
+    gold = label_indices(data.labels, task["labels"], data.path, data.lines, label_field)
+    if logits_fn is None:
+        if kind != "classifier":
+            raise DenkiError(f"{bundle_dir}: an ONNX bundle is scored through the serve runtime; use "
+                             "`denki evaluate classify` (or pass serve.evaluate.onnx_logits_fn)")
+        from .classify import torch_logits_fn
+
+        logits_fn = torch_logits_fn(bundle_dir, device=device, batch_size=batch_size, progress=progress)
+    t0 = time.perf_counter()
+    logits = np.asarray(logits_fn(data.texts))
+    res = evaluate_logits(logits, gold, task)
+    res.update({"model": str(bundle_dir), "kind": kind, "data": str(data_path), "text_field": text_field,
+                "label_field": label_field, "skipped": len(data.skipped), "seconds": time.perf_counter() - t0})
+    return res

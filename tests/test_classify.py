@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from app.cli import main
-from tests.conftest import shared
+from .conftest import shared
 
-FT = ["--seeds", "2", "--epochs", "1", "--max-length", "64", "--threads", "2", "--no-progress"]
+FT = ["--seeds", "2", "--epochs", "1", "--max-length", "64", "--threads", "1", "--no-progress"]
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_finetune_writes_bundle_report_and_pngs(finetuned):
 def test_evaluate_matches_finetune_report(finetuned, split, tmp_path):
     out = tmp_path / "eval.json"
     rc = main(["evaluate", "classify", "--model", str(finetuned), "--data", str(split / "dev.jsonl"),
-               "--output-json", str(out), "--threads", "2", "--no-progress"])
+               "--output-json", str(out), "--threads", "1", "--no-progress"])
     assert rc == 0
     res = json.loads(out.read_text(encoding="utf-8"))
     assert {"accuracy", "macro_f1", "per_class", "abstain_rate", "n"} <= set(res)
@@ -99,6 +99,21 @@ def test_bundle_logits_route_through_numpy_rule(finetuned, split):
     np.testing.assert_allclose(logits, np.asarray(parity["logits"][:16]), atol=1e-4)
     out = route(logits, read_task(bundle))
     assert all(o["route"] in (o["label"], "human") for o in out)
+
+
+def test_epochs_zero_refits_the_rule_only(finetuned, split, tmp_path):
+    from models.bundle import read_task
+
+    rc = main(["finetune", "classify", "--model", str(finetuned), "--train", str(split / "train.jsonl"),
+               "--dev", str(split / "dev.jsonl"), "--out", str(tmp_path / "refit"), "--epochs", "0",
+               "--target-coverage", "0.5", "--no-baseline", "--max-length", "64", "--no-progress"])
+    assert rc == 0
+    old = json.loads((finetuned / "report.json").read_text(encoding="utf-8"))
+    new = json.loads((tmp_path / "refit" / "report.json").read_text(encoding="utf-8"))
+    assert new["seeds"][0]["macro_f1"] == pytest.approx(old["seeds"][0 if old["seed_summary"]["chosen_seed"] == 0
+                                                                  else 1]["macro_f1"])
+    assert read_task(tmp_path / "refit" / "bundle")["abstention"]["mode"] == "coverage"
+    assert new["dev"]["abstain_rate"] == pytest.approx(0.5, abs=0.05)
 
 
 def test_random_init_from_csv_and_gz(split, tiny_tokenizer_dir, tmp_path):
@@ -148,3 +163,19 @@ def test_evaluate_rejects_unknown_label(finetuned, tmp_path, capsys):
     p = _jsonl(tmp_path / "x.jsonl", [{"text": "誰が来た?", "label": "Person"}, {"text": "何?", "label": "Spam"}])
     assert main(["evaluate", "classify", "--model", str(finetuned), "--data", str(p), "--no-progress"]) == 2
     assert "x.jsonl:2 (field 'label')" in capsys.readouterr().err
+
+
+def test_evaluate_onnx_bundle_matches_pytorch(classifier_bundle, onnx_classifier, tmp_path):
+    """`denki evaluate classify` scores an ONNX bundle through serve's runtime with the same metrics code."""
+    from .conftest import livedoor_rows
+
+    data = _jsonl(tmp_path / "d.jsonl", [{"title": r["title"], "label": r["label"]} for r in livedoor_rows()])
+    res = {}
+    for name, bundle in (("torch", classifier_bundle), ("onnx", onnx_classifier)):
+        out = tmp_path / f"{name}.json"
+        assert main(["evaluate", "classify", "--model", str(bundle), "--data", str(data), "--output-json", str(out),
+                     "--device", "cpu", "--no-progress"]) == 0
+        res[name] = json.loads(out.read_text(encoding="utf-8"))
+    assert res["onnx"]["kind"] == "onnx-classifier" and res["onnx"]["n"] == res["torch"]["n"] == 60
+    assert abs(res["onnx"]["accuracy"] - res["torch"]["accuracy"]) <= 2 / 60  # fp32 ONNX: at most a tie flips
+    assert abs(res["onnx"]["abstain_rate"] - res["torch"]["abstain_rate"]) <= 2 / 60
