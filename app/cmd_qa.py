@@ -83,13 +83,28 @@ def _finetune(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from models.qa import evaluate_qa
+    from models.bundle import read_manifest, resolve_bundle
 
-    out = evaluate_qa(model=args.model, data=args.data, output_json=args.output_json, predictions=args.predictions,
-                      batch_size=args.batch_size, max_examples=args.max_examples, strict=args.strict,
-                      device=args.device, threads=args.threads, progress=not args.no_progress)
+    if read_manifest(resolve_bundle(args.model)).get("kind") == "onnx-qa":  # ONNX bundles: the torch-free runtime
+        from models.fileio import atomic_write_json
+        from serve.evaluate import evaluate_onnx_qa
+
+        out, res = evaluate_onnx_qa(args.model, args.data, limit=args.max_examples,
+                                    device="cpu" if args.device == "cpu" else "auto")
+        out["skipped"] = []
+        if args.output_json:
+            atomic_write_json(args.output_json, out)
+        if args.predictions:
+            atomic_write_json(args.predictions, {q: r["answer"] for q, r in res.items()})
+    else:
+        from models.qa import evaluate_qa
+
+        out = evaluate_qa(model=args.model, data=args.data, output_json=args.output_json,
+                          predictions=args.predictions, batch_size=args.batch_size, max_examples=args.max_examples,
+                          strict=args.strict, device=args.device, threads=args.threads,
+                          progress=not args.no_progress)
     keys = ("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_f1", "best_f1_thresh",
-            "total", "null_threshold", "null_rule")
+            "HasAns_span_f1", "total", "null_threshold", "null_rule")
     print(json.dumps({k: out.get(k) for k in keys}, ensure_ascii=False, indent=2))
     if out["skipped"]:
         print(f"skipped {len(out['skipped'])} questions (listed in the output JSON)")

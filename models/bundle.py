@@ -71,6 +71,19 @@ def write_manifest(directory: str | os.PathLike, kind: str, *, source: dict | No
     return manifest
 
 
+def resolve_bundle(path: str | os.PathLike) -> Path:
+    """A bundle directory, or a run directory holding it as ``bundle/`` (what `denki pretrain`, `denki finetune`
+    write); accept either. Raises :class:`DenkiError` when neither holds a ``manifest.json``."""
+    p = Path(path)
+    if (p / MANIFEST).is_file():
+        return p
+    if (p / "bundle" / MANIFEST).is_file():
+        return p / "bundle"
+    if not p.exists():
+        raise DenkiError(f"{p}: not found")
+    raise DenkiError(f"{p}: not a denki bundle (no {MANIFEST} here or in {p / 'bundle'})")
+
+
 def read_manifest(directory: str | os.PathLike) -> dict:
     d = Path(directory)
     if not d.is_dir():

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .bundle import resolve_bundle  # noqa: F401  (re-exported: callers import it from here)
 from .decision import decide, softmax
 from .metrics import classification_metrics, coverage_curve, ece, nll, reliability_bins
 
@@ -65,14 +66,6 @@ def evaluate_logits(logits: np.ndarray, gold: np.ndarray, task: dict, *, curves:
         out["reliability_uncalibrated"] = reliability_bins(score1, correct)
         out["coverage_curve"] = coverage_curve(score, correct)
     return out
-
-
-def resolve_bundle(path: str | os.PathLike) -> Path:
-    """A run directory of ``finetune classify`` holds the bundle in ``bundle/``; accept either."""
-    p = Path(path)
-    if not (p / "manifest.json").is_file() and (p / "bundle" / "manifest.json").is_file():
-        return p / "bundle"
-    return p
 
 
 def evaluate_bundle(model_dir: str | os.PathLike, data_path: str | os.PathLike, *, text_field: str | None = None,

@@ -164,8 +164,8 @@ def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int,
             if step % 20 == 0:
                 bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
     bar.close()
-    info = {"seed": seed, "steps": step, "train_windows": n, "epochs": epochs, "final_loss": float(np.mean(losses[-20:])),
-            "train_seconds": round(time.time() - t0, 1)}
+    info = {"seed": seed, "steps": step, "train_windows": n, "epochs": epochs,
+            "final_loss": float(np.mean(losses[-20:])), "train_seconds": round(time.time() - t0, 1)}
     return model, info
 
 
@@ -238,7 +238,7 @@ def plot_report(out_dir: Path, examples: list[QAExample], results: dict[str, dic
 
 
 _METRIC_ROWS = ("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "best_exact", "best_f1", "best_f1_thresh",
-                "total", "HasAns_total", "NoAns_total")
+                "HasAns_span_exact", "HasAns_span_f1", "total", "HasAns_total", "NoAns_total")
 
 
 def _fmt(v) -> str:
@@ -402,7 +402,7 @@ def finetune_qa(*, model: str, train: str, dev: str, out: str, max_length: int =
               "seed": runs[keep]["seed"], "settings": settings}
     metrics = {k: m_t[k] for k in m_t} | {"threshold0_best_f1": m_0["best_f1"], "threshold0_f1": m_0["f1"]}
     out_p = Path(out)
-    save_bundle(best_model, model, out_p, "qa", source=jsonable(source), metrics=jsonable(metrics),
+    save_bundle(best_model, model, out_p / "bundle", "qa", source=jsonable(source), metrics=jsonable(metrics),
                 extra_files={"task.json": task, PARITY_SAMPLE: {"format": 1, "examples": jsonable(parity)}})
     bf = [r["dev_metrics"]["best_f1"] for r in runs]
     report = {"kind": "qa-finetune", "source": {"pretrained": str(model)}, "command": command_line(),
@@ -426,13 +426,15 @@ def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predic
     import torch
     from transformers import ElectraForQuestionAnswering
 
-    from .bundle import read_task
+    from .bundle import read_task, resolve_bundle, verify_bundle
     from .bundle_torch import load_model
     from .tokenizer import JapaneseTokenizer
     from .training import pick_device
 
     if threads:
         torch.set_num_threads(threads)
+    model = resolve_bundle(model)
+    verify_bundle(model, kinds=("qa",))  # kind and checksums first: a clearer error than "no task.json"
     task = read_task(model)
     if task.get("task") != "qa":
         raise DenkiError(f"{model}: task.json is missing or not a QA task")

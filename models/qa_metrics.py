@@ -3,8 +3,10 @@
 Torch-free. The structure and key names are those of the official SQuAD v2 evaluation script
 (``exact``, ``f1``, ``HasAns_exact``, ``HasAns_f1``, ``NoAns_exact``, ``NoAns_f1``, ``best_exact``,
 ``best_exact_thresh``, ``best_f1``, ``best_f1_thresh``, ``total``, ``HasAns_total``, ``NoAns_total``; scores in
-percent). Japanese has no spaces between words, so — as in JGLUE's JSQuAD evaluation — F1 counts **characters**
-instead of whitespace tokens. Normalisation before EM and F1 (:func:`normalize_answer`), in this order:
+percent), plus denki's ``HasAns_span_exact``/``HasAns_span_f1`` (the best non-null span on answerable questions,
+i.e. span quality with the null decision switched off). Japanese has no spaces between words, so — as in
+JGLUE's JSQuAD evaluation — F1 counts **characters** instead of whitespace tokens. Normalisation before EM and
+F1 (:func:`normalize_answer`), in this order:
 
 1. Unicode NFKC (full-width ``ＡＢＣ１`` → ``ABC1``, half-width kana → full-width, ``①`` → ``1``, ``㍿`` → ``株式会社``);
 2. lower-case;
@@ -117,7 +119,11 @@ def squad_v2_metrics(golds: Mapping[str, Sequence[str]], results: Mapping[str, d
            "total": n}
     if has:
         out.update(HasAns_exact=100.0 * sum(exact[q] for q in has) / len(has),
-                   HasAns_f1=100.0 * sum(f1[q] for q in has) / len(has), HasAns_total=len(has))
+                   HasAns_f1=100.0 * sum(f1[q] for q in has) / len(has), HasAns_total=len(has),
+                   # denki extra: the best span as if the model always answered (threshold = +inf) — says
+                   # whether the span head learned anything, separately from the null decision
+                   HasAns_span_exact=100.0 * sum(span_em[q] for q in has) / len(has),
+                   HasAns_span_f1=100.0 * sum(span_f1[q] for q in has) / len(has))
     if no:
         out.update(NoAns_exact=100.0 * sum(exact[q] for q in no) / len(no),
                    NoAns_f1=100.0 * sum(f1[q] for q in no) / len(no), NoAns_total=len(no))

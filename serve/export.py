@@ -28,22 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle import command_line, read_manifest, read_task, verify_bundle, write_manifest
+from models.bundle import command_line, read_manifest, read_task, resolve_bundle, verify_bundle, write_manifest
 from models.errors import DenkiError
 from models.fileio import replace_dir
 
 TASKS = {"classifier": ("text-classification", "onnx-classifier"), "qa": ("question-answering", "onnx-qa")}
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "denki_tokenizer.json")
-
-
-def resolve_bundle(path: str | os.PathLike) -> Path:
-    """A fine-tuned bundle, or the run directory holding it as ``bundle/`` (what `denki finetune` writes)."""
-    p = Path(path)
-    if (p / "manifest.json").is_file():
-        return p
-    if (p / "bundle" / "manifest.json").is_file():
-        return p / "bundle"
-    raise DenkiError(f"{p}: no bundle here (no manifest.json); fine-tune one with `denki finetune`")
 
 
 def _quiet():

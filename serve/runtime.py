@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle import read_task, verify_bundle
+from models.bundle import read_task, resolve_bundle, verify_bundle
 from models.errors import DenkiError
 from models.tokenizer import JapaneseTokenizer
 
@@ -68,14 +68,7 @@ def _session(path: Path, device: str, threads: int | None):
     return sess, provider
 
 
-def resolve_onnx_bundle(path: str | os.PathLike) -> Path:
-    """Accept the bundle itself or a directory holding it as ``bundle/`` (as `denki export --out` writes)."""
-    p = Path(path)
-    if (p / "manifest.json").is_file():
-        return p
-    if (p / "bundle" / "manifest.json").is_file():
-        return p / "bundle"
-    raise DenkiError(f"{p}: no ONNX bundle here (no manifest.json); make one with `denki export`")
+resolve_onnx_bundle = resolve_bundle  # a bundle dir, or `denki export --out` holding one in bundle/
 
 
 class Predictor:
@@ -228,7 +221,7 @@ class Predictor:
             results.append({"answer": r["answer"], "start": r["start"], "end": r["end"],
                             "score": r["score"], "has_answer": r["has_answer"],
                             "null_score_diff": r["null_score_diff"], "null_threshold": thr,
-                            "windows": n})
+                            "span_answer": r["span_answer"], "windows": n})
             k += n
         t3 = time.perf_counter()
         self.last_timing = {"tokenize_ms": (t1 - t0) * 1e3, "inference_ms": (t2 - t1) * 1e3,

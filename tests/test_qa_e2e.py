@@ -36,9 +36,11 @@ def qa_bundle(tmp_path_factory, tiny_tokenizer_dir):
 
 def test_finetune_writes_a_verified_qa_bundle_with_task_and_report(qa_bundle):
     root, out = qa_bundle
-    manifest = verify_bundle(out, kinds=("qa",))
+    bundle = out / "bundle"  # the deployable bundle; reports and plots stay beside it in OUT/
+    manifest = verify_bundle(bundle, kinds=("qa",))
     assert "task.json" in manifest["files"] and "parity_sample.json" in manifest["files"]
-    task = read_task(out)
+    assert "report.json" not in manifest["files"]
+    task = read_task(bundle)
     assert task["task"] == "qa" and task["max_length"] == 192 and task["doc_stride"] == 64
     assert task["max_answer_length"] == 20 and math.isfinite(task["null_threshold"])
     rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
@@ -53,9 +55,9 @@ def test_finetune_writes_a_verified_qa_bundle_with_task_and_report(qa_bundle):
         assert (out / img).stat().st_size > 1000
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "HasAns_f1" in md and "NoAns_exact" in md and "Chosen null threshold" in md
-    parity = json.loads((out / "parity_sample.json").read_text(encoding="utf-8"))["examples"]
+    parity = json.loads((bundle / "parity_sample.json").read_text(encoding="utf-8"))["examples"]
     assert 0 < len(parity) <= 100 and {"id", "question", "context", "expected"} <= set(parity[0])
-    assert read_manifest(out)["source"]["pretrained"] == str(root / "pre")
+    assert read_manifest(bundle)["source"]["pretrained"] == str(root / "pre")
 
 
 def test_evaluate_writes_official_keys_and_exact_substring_predictions(qa_bundle, capsys):
@@ -70,7 +72,7 @@ def test_evaluate_writes_official_keys_and_exact_substring_predictions(qa_bundle
               "total"):
         assert k in m, k
     assert m["total"] == 150 and m["HasAns_total"] == 100 and m["NoAns_total"] == 50
-    assert m["null_threshold"] == read_task(out)["null_threshold"]
+    assert m["null_threshold"] == read_task(out / "bundle")["null_threshold"]
     preds = json.loads(pj.read_text(encoding="utf-8"))
     contexts = {json.loads(line)["id"]: json.loads(line)["context"] for line in data.open(encoding="utf-8")}
     assert set(preds) == set(contexts)
@@ -94,7 +96,7 @@ def test_answerable_head_variant_trains_compares_rules_and_evaluates(qa_bundle, 
                "--doc-stride", "64", "--max-steps", "6", "--batch-size", "16", "--max-train-examples", "100",
                "--max-dev-examples", "40", "--answerable-head", "--no-progress", "--threads", "1"])
     assert rc == 0
-    task = read_task(out)
+    task = read_task(out / "bundle")
     assert task["answerable_head"] is True and task["null_rule"] in ("cls", "head", "combined")
     rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert set(rep["seeds"][0]["dev_metrics_by_null_rule"]) == {"cls", "head", "combined"}

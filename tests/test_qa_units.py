@@ -257,9 +257,9 @@ def test_null_rules_with_answerable_logits():
     assert r["null_score_diffs"]["head"] == pytest.approx(-2.5)  # −max over windows
     assert r["null_score_diffs"]["combined"] == pytest.approx(-4.5)
     assert r["null_score_diff"] == pytest.approx(-2.0)  # default rule: plain [CLS]
-    rh = postprocess_question(s, e, [OFF, OFF], [SEQ, SEQ], CTX, null_rule="head", null_threshold=-3.0, **kw)
-    assert rh["null_score_diff"] == pytest.approx(-2.5) and rh["answer"] == ""
-    assert apply_threshold([rh], -3.0, "cls")[0]["answer"] == "abcd"
+    rh = postprocess_question(s, e, [OFF, OFF], [SEQ, SEQ], CTX, null_rule="head", null_threshold=-2.2, **kw)
+    assert rh["null_score_diff"] == pytest.approx(-2.5) and rh["answer"] == "abcd"
+    assert apply_threshold([rh], -2.2, "cls")[0]["answer"] == ""  # −2.0 > −2.2 under the plain rule
     with pytest.raises(ValueError):
         postprocess_question(s, e, [OFF, OFF], [SEQ, SEQ], CTX, null_rule="head")
 
@@ -325,6 +325,7 @@ def test_squad_v2_metrics_keys_and_values():
         assert k in m
     assert m["total"] == 4 and m["HasAns_exact"] == 50.0 and m["NoAns_exact"] == 50.0
     assert m["exact"] == 50.0
+    assert m["HasAns_span_exact"] == 100.0  # both answerable questions have the right span, c was nulled
     # sweep: answer a (-2) → 3/4 right; + d (-1, wrong answer) → 2/4; + c (0.5) → 3/4 (no gain); + b → 2/4
     assert m["best_f1"] == pytest.approx(75.0) and m["best_f1_thresh"] == pytest.approx(-2.0)
     curve = f1_vs_threshold(golds, res, [m["best_f1_thresh"], -5.0])
