@@ -17,9 +17,11 @@ COMMAND_MODULES = [
     "app.cmd_quickstart",
     "app.cmd_tokenizer",
     "app.cmd_pretrain",
+    "app.cmd_experiment",
     "app.cmd_finetune",
     "app.cmd_serve",
     "app.cmd_demo",
+    "app.cmd_httpserve",
 ]
 
 

@@ -1,0 +1,494 @@
+"""The HTTP API of ``denki serve``: FastAPI over the torch-free ONNX :class:`~serve.runtime.Predictor`.
+
+    from serve.http import ServerSettings, create_app
+    app = create_app(classifier=Predictor("runs/quickstart/classifier-onnx"), settings=ServerSettings())
+    # uvicorn.run(app, host="127.0.0.1", port=8080)
+
+Endpoints (JSON in and out; errors are ``{"error": {"code", "message", "details"}}``):
+
+- ``POST /v1/classify`` ``{"texts": [...]}`` → ``{"results": [{"label", "score", "scores", "route"}]}``
+- ``POST /v1/answer`` ``{"question", "context"}`` → ``{"answer", "start", "end", "score", "has_answer", ...}``
+- ``POST /v1/answer/batch`` ``{"items": [{"question", "context"}, ...]}`` → ``{"results": [...]}``
+- ``GET /v1/models`` (what is loaded), ``GET /healthz`` (alive), ``GET /readyz`` (models loaded, accepting work),
+  ``GET /metrics`` (Prometheus text format), ``GET /openapi.json`` and ``/docs``.
+
+Concurrent requests to one model are merged by a :class:`~serve.microbatch.MicroBatcher` (bounded queue, max batch,
+max wait). Limits answer with clear JSON: body over ``max_body_bytes`` → 413; too many texts, text too long, empty
+or malformed input → 422; queue full or shutting down → 503 with ``Retry-After``. Routes exist only for the models
+that are loaded (a classifier-only server has no ``/v1/answer``).
+
+No torch here, and no ``prometheus_client`` dependency: the few metrics are written in the text exposition format
+by :class:`Metrics`.
+"""
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from models.errors import DenkiError
+from serve.microbatch import BatchStats, MicroBatcher, QueueFull, ShuttingDown
+from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS
+
+log = logging.getLogger("denki.http")
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass
+class ServerSettings:
+    """Knobs of the HTTP layer (``denki serve --help`` documents each one)."""
+    batching: bool = True  # micro-batching across requests; False = one request, one model call
+    max_batch: int = 32  # items (texts / question-context pairs) per model call
+    max_wait_ms: float = 2.0  # how long the first request of a batch waits for company
+    max_queue: int = 512  # items waiting per model before 503
+    max_texts: int = 64  # texts per /v1/classify request
+    max_text_chars: int = MAX_TEXT_CHARS  # characters per text (and per question)
+    max_pairs: int = 16  # question/context pairs per /v1/answer/batch request
+    max_context_chars: int = MAX_CONTEXT_CHARS
+    max_body_bytes: int = 2 * 1024 * 1024  # request body limit (413 beyond)
+    retry_after_s: int = 1  # Retry-After on 503
+    shutdown_timeout_s: float = 30.0  # finishing queued work at shutdown
+
+    def __post_init__(self):
+        if self.max_text_chars > MAX_TEXT_CHARS or self.max_context_chars > MAX_CONTEXT_CHARS:
+            raise DenkiError(f"character limits cannot exceed the runtime's ({MAX_TEXT_CHARS:,} per text, "
+                             f"{MAX_CONTEXT_CHARS:,} per context)")
+        for k in ("max_batch", "max_queue", "max_texts", "max_text_chars", "max_pairs", "max_context_chars",
+                  "max_body_bytes"):
+            if int(getattr(self, k)) < 1:
+                raise DenkiError(f"{k} must be ≥ 1")
+        if self.max_wait_ms < 0:
+            raise DenkiError("max_wait_ms must be ≥ 0")
+
+
+# ---------------------------------------------------------------------------------------------------- metrics
+class _Histogram:
+    def __init__(self, buckets: Sequence[float]):
+        self.buckets = tuple(buckets)
+        self.counts = [0] * (len(self.buckets) + 1)  # last = +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, v: float) -> None:
+        for i, b in enumerate(self.buckets):
+            if v <= b:
+                self.counts[i] += 1
+                break
+        else:
+            self.counts[-1] += 1
+        self.sum += v
+        self.count += 1
+
+
+def _labels(d: dict[str, str]) -> str:
+    def esc(v: str) -> str:
+        return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in d.items()) + "}" if d else ""
+
+
+class Metrics:
+    """Counters and histograms rendered in the Prometheus text exposition format (version 0.0.4)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.requests: dict[tuple, int] = {}  # (endpoint, method, status) → count
+        self.errors: dict[tuple, int] = {}  # (endpoint, code) → count
+        self.latency: dict[str, _Histogram] = {}  # endpoint → seconds
+        self.batch_items: dict[str, _Histogram] = {}  # model → items per model call
+        self.batch_requests: dict[str, _Histogram] = {}  # model → requests per model call
+        self.inference: dict[str, _Histogram] = {}  # model → seconds per model call
+        self.in_flight = 0
+        self.queue_depth: dict[str, Any] = {}  # model → callable returning the pending item count
+
+    def observe_request(self, endpoint: str, method: str, status: int, seconds: float) -> None:
+        with self._lock:
+            key = (endpoint, method, str(status))
+            self.requests[key] = self.requests.get(key, 0) + 1
+            self.latency.setdefault(endpoint, _Histogram(LATENCY_BUCKETS)).observe(seconds)
+
+    def observe_error(self, endpoint: str, code: str) -> None:
+        with self._lock:
+            self.errors[(endpoint, code)] = self.errors.get((endpoint, code), 0) + 1
+
+    def observe_batch(self, model: str, stats: BatchStats) -> None:
+        with self._lock:
+            self.batch_items.setdefault(model, _Histogram(BATCH_BUCKETS)).observe(stats.items)
+            self.batch_requests.setdefault(model, _Histogram(BATCH_BUCKETS)).observe(stats.requests)
+            self.inference.setdefault(model, _Histogram(LATENCY_BUCKETS)).observe(stats.seconds)
+
+    def render(self) -> str:
+        out: list[str] = []
+
+        def hist(name: str, help_: str, label: str, data: dict[str, _Histogram]) -> None:
+            out.append(f"# HELP {name} {help_}")
+            out.append(f"# TYPE {name} histogram")
+            for key, h in sorted(data.items()):
+                cum = 0
+                for b, c in zip(list(h.buckets) + ["+Inf"], h.counts):
+                    cum += c
+                    le = b if b == "+Inf" else repr(float(b))
+                    out.append(f"{name}_bucket{_labels({label: key, 'le': le})} {cum}")
+                out.append(f"{name}_sum{_labels({label: key})} {h.sum!r}")
+                out.append(f"{name}_count{_labels({label: key})} {h.count}")
+
+        with self._lock:
+            out.append("# HELP denki_http_requests_total HTTP requests by endpoint, method and status code.")
+            out.append("# TYPE denki_http_requests_total counter")
+            for (ep, m, st), n in sorted(self.requests.items()):
+                out.append(f"denki_http_requests_total{_labels({'endpoint': ep, 'method': m, 'status': st})} {n}")
+            out.append("# HELP denki_http_errors_total Error responses by endpoint and error code.")
+            out.append("# TYPE denki_http_errors_total counter")
+            for (ep, code), n in sorted(self.errors.items()):
+                out.append(f"denki_http_errors_total{_labels({'endpoint': ep, 'code': code})} {n}")
+            hist("denki_http_request_duration_seconds", "Request latency (seconds) by endpoint.", "endpoint",
+                 self.latency)
+            hist("denki_batch_size_items", "Items (texts or question/context pairs) per model call.", "model",
+                 self.batch_items)
+            hist("denki_batch_size_requests", "HTTP requests merged into one model call.", "model",
+                 self.batch_requests)
+            hist("denki_inference_duration_seconds", "Seconds per model call (tokenize + run + decode).", "model",
+                 self.inference)
+            out.append("# HELP denki_http_in_flight Requests being handled now.")
+            out.append("# TYPE denki_http_in_flight gauge")
+            out.append(f"denki_http_in_flight {self.in_flight}")
+            out.append("# HELP denki_queue_items Items waiting or running per model (bounded by max_queue).")
+            out.append("# TYPE denki_queue_items gauge")
+            for model, fn in sorted(self.queue_depth.items()):
+                out.append(f"denki_queue_items{_labels({'model': model})} {fn()}")
+        return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ ASGI layers
+def _error_body(status: int, code: str, message: str, details: Any = None) -> bytes:
+    return json.dumps({"error": {"code": code, "message": message, "details": details}},
+                      ensure_ascii=False).encode("utf-8")
+
+
+class _ObserveAndLimit:
+    """Outermost ASGI layer: counts requests/latency/status per endpoint and enforces the body limit.
+
+    The body is read here, at most ``max_body_bytes`` of it (a larger Content-Length is refused before reading;
+    a chunked body is refused as soon as it passes the limit), so memory per request stays bounded, then replayed
+    to the app."""
+
+    def __init__(self, app, metrics: Metrics, max_body_bytes: int, known_paths: set[str]):
+        self.app, self.metrics, self.max_body, self.known = app, metrics, int(max_body_bytes), known_paths
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        endpoint = path if path in self.known else "other"  # bounded label set, whatever clients send
+        t0 = time.perf_counter()
+        status = {"code": 500}
+
+        async def send_wrapper(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        self.metrics.in_flight += 1
+        try:
+            receive2 = await self._limited_body(scope, receive)
+            if receive2 is None:
+                self.metrics.observe_error(endpoint, "body_too_large")
+                await self._send_json(send_wrapper, 413, _error_body(
+                    413, "body_too_large", f"request body exceeds {self.max_body:,} bytes"))
+            else:
+                await self.app(scope, receive2, send_wrapper)
+        finally:
+            self.metrics.in_flight -= 1
+            self.metrics.observe_request(endpoint, scope.get("method", ""), status["code"], time.perf_counter() - t0)
+
+    async def _limited_body(self, scope, receive):
+        if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            return receive
+        for k, v in scope.get("headers", []):
+            if k == b"content-length":
+                try:
+                    if int(v) > self.max_body:
+                        return None
+                except ValueError:
+                    pass
+        chunks, size = [], 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                chunks = None
+                disconnect = msg
+                break
+            body = msg.get("body", b"")
+            size += len(body)
+            if size > self.max_body:
+                return None
+            chunks.append(body)
+            if not msg.get("more_body", False):
+                break
+        if chunks is None:
+            async def gone():
+                return disconnect
+            return gone
+        data = b"".join(chunks)
+        sent = {"done": False}
+
+        async def replay():
+            if not sent["done"]:
+                sent["done"] = True
+                return {"type": "http.request", "body": data, "more_body": False}
+            return await receive()  # later reads wait for the disconnect, as the app expects
+
+        return replay
+
+    @staticmethod
+    async def _send_json(send, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()):
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()), *headers]})
+        await send({"type": "http.response.body", "body": body})
+
+
+# ---------------------------------------------------------------------------------------------------- the app
+def _finite(x):
+    """JSON has no inf/nan: a non-finite score becomes null (e.g. null_score_diff when no span exists)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _clean_answer(r: dict) -> dict:
+    keys = ("answer", "start", "end", "score", "has_answer", "null_score_diff", "null_threshold", "span_answer",
+            "windows")
+    return {k: _finite(r.get(k)) for k in keys}
+
+
+def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = None, metrics: Metrics | None = None):
+    """Build the FastAPI app over loaded predictors (``serve.runtime.Predictor``; at least one).
+
+    The micro-batchers start with the app (ASGI lifespan) and, at shutdown, finish the work already queued."""
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, PlainTextResponse
+    from pydantic import BaseModel, ConfigDict, Field, field_validator
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    if classifier is None and qa is None:
+        raise DenkiError("denki serve needs at least one model: --classifier DIR and/or --qa DIR")
+    if classifier is not None and classifier.kind != "onnx-classifier":
+        raise DenkiError(f"--classifier: {classifier.dir} is a {classifier.kind} bundle, not an ONNX classifier")
+    if qa is not None and qa.kind != "onnx-qa":
+        raise DenkiError(f"--qa: {qa.dir} is a {qa.kind} bundle, not an ONNX QA model")
+    s = settings or ServerSettings()
+    metrics = metrics or Metrics()
+
+    def _utf8(v: str) -> str:
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("text is not valid Unicode (lone surrogate)") from None
+        return v
+
+    # ------------------------------------------------------------------ schemas (limits come from settings)
+    class ErrorDetail(BaseModel):
+        code: str = Field(description="machine-readable error code, e.g. too_many_texts, body_too_large")
+        message: str
+        details: Any = None
+
+    class ErrorResponse(BaseModel):
+        error: ErrorDetail
+
+    class ClassifyRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid",
+                                  json_schema_extra={"examples": [{"texts": ["ログインできません"]}]})
+        texts: list[str] = Field(min_length=1, max_length=s.max_texts,
+                                 description=f"1–{s.max_texts} texts, each ≤ {s.max_text_chars:,} characters")
+
+        @field_validator("texts")
+        @classmethod
+        def _check(cls, v: list[str]) -> list[str]:
+            for i, t in enumerate(v):
+                if len(t) > s.max_text_chars:
+                    raise ValueError(f"text {i} is {len(t):,} characters; the limit is {s.max_text_chars:,}")
+                _utf8(t)
+            return v
+
+    class ClassifyResult(BaseModel):
+        label: str = Field(description="most likely label")
+        score: float = Field(description="its calibrated probability")
+        scores: dict[str, float] = Field(description="probability of every label")
+        route: str = Field(description="the label, or the human label when the model abstains")
+
+    class ClassifyResponse(BaseModel):
+        results: list[ClassifyResult]
+
+    class AnswerRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid", json_schema_extra={
+            "examples": [{"question": "会議は何時から?",
+                          "context": "定例会議は毎週月曜の10時から始まる。"}]})
+        question: str = Field(min_length=1, max_length=s.max_text_chars, pattern=r"\S")
+        context: str = Field(min_length=1, max_length=s.max_context_chars, pattern=r"\S")
+
+        @field_validator("question", "context")
+        @classmethod
+        def _check(cls, v: str) -> str:
+            return _utf8(v)
+
+    class AnswerBatchRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        items: list[AnswerRequest] = Field(min_length=1, max_length=s.max_pairs)
+
+    class AnswerResult(BaseModel):
+        answer: str = Field(description="the answer, exactly context[start:end]; empty when has_answer is false")
+        start: int | None
+        end: int | None
+        score: float | None
+        has_answer: bool
+        null_score_diff: float | None = Field(description="null score − best span score (null: no valid span)")
+        null_threshold: float
+        span_answer: str = Field(description="the best span even when the model abstains")
+        windows: int = Field(description="windows the context was split into")
+
+    class AnswerBatchResponse(BaseModel):
+        results: list[AnswerResult]
+
+    errors = {413: {"model": ErrorResponse, "description": "request body too large"},
+              422: {"model": ErrorResponse, "description": "invalid input (limits, types, empty text)"},
+              503: {"model": ErrorResponse, "description": "queue full or shutting down; see Retry-After"}}
+
+    # ------------------------------------------------------------------ batchers and lifespan
+    batchers: dict[str, MicroBatcher] = {}
+
+    def _mk(name: str, fn):
+        b = MicroBatcher(fn, max_batch=s.max_batch, max_wait_ms=s.max_wait_ms, max_queue=s.max_queue,
+                         enabled=s.batching, name=name, on_batch=lambda st: metrics.observe_batch(name, st))
+        batchers[name] = b
+        metrics.queue_depth[name] = lambda: b.pending
+
+    if classifier is not None:
+        _mk("classifier", lambda texts: classifier.classify(texts, batch_size=s.max_batch))
+    if qa is not None:
+        _mk("qa", lambda pairs: [_clean_answer(r) for r in qa.answer_batch(pairs)])
+
+    state = {"ready": False}
+
+    @asynccontextmanager
+    async def lifespan(app):
+        for b in batchers.values():
+            await b.start()
+        state["ready"] = True
+        log.info("denki serve ready: %s", ", ".join(f"{k}={v}" for k, v in describe().items()))
+        try:
+            yield
+        finally:
+            state["ready"] = False
+            for b in batchers.values():
+                await b.close(timeout=s.shutdown_timeout_s)
+
+    def describe() -> dict[str, str]:
+        return {name: p.describe() for name, p in (("classifier", classifier), ("qa", qa)) if p is not None}
+
+    app = FastAPI(title="denki", version=_version(), lifespan=lifespan,
+                  description="Japanese ELECTRA models behind an HTTP API: text routing (classifier) and "
+                              "extractive QA, on ONNX Runtime with micro-batching across requests.")
+    app.state.settings = s
+    app.state.metrics = metrics
+    app.state.batchers = batchers
+
+    # ------------------------------------------------------------------ errors
+    def _err(request: Request, status: int, code: str, message: str, details=None, headers=None):
+        metrics.observe_error(request.url.path if request.url.path in known else "other", code)
+        return JSONResponse({"error": {"code": code, "message": message, "details": details}}, status_code=status,
+                            headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        details = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")),
+                    "type": str(e.get("type", ""))} for e in exc.errors()]
+        too_many = any(d["type"] == "too_long" and d["loc"][-1:] in (["texts"], ["items"]) for d in details)
+        code = "too_many_items" if too_many else "invalid_request"
+        msg = "; ".join(f"{'.'.join(d['loc'])}: {d['msg']}" for d in details[:5]) or "invalid request"
+        return _err(request, 422, code, msg, details)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return _err(request, exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(QueueFull)
+    async def _full(request: Request, exc: QueueFull):
+        return _err(request, 503, "overloaded", f"server busy ({exc}); retry after {s.retry_after_s} s",
+                    headers={"Retry-After": str(s.retry_after_s)})
+
+    @app.exception_handler(ShuttingDown)
+    async def _closing(request: Request, exc: ShuttingDown):
+        return _err(request, 503, "shutting_down", str(exc), headers={"Retry-After": str(s.retry_after_s)})
+
+    @app.exception_handler(DenkiError)
+    async def _denki(request: Request, exc: DenkiError):
+        return _err(request, 422, "unprocessable", str(exc))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception):
+        log.exception("internal error on %s", request.url.path)
+        return _err(request, 500, "internal", f"internal error ({type(exc).__name__}); see the server log")
+
+    # ------------------------------------------------------------------ routes
+    @app.get("/healthz", tags=["ops"], summary="Liveness: the process answers")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"], summary="Readiness: models loaded and accepting work (503 otherwise)",
+             responses={503: {"model": ErrorResponse}})
+    async def readyz(request: Request):
+        ok = state["ready"] and all(b.running for b in batchers.values())
+        if not ok:
+            return _err(request, 503, "not_ready", "starting or shutting down",
+                        headers={"Retry-After": str(s.retry_after_s)})
+        return {"status": "ready", "models": describe()}
+
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (text exposition format 0.0.4)",
+             response_class=PlainTextResponse)
+    async def metrics_endpoint():
+        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/v1/models", tags=["models"], summary="Loaded models, backends and limits")
+    async def models() -> dict[str, Any]:
+        return {"models": describe(), "settings": asdict(s)}
+
+    if classifier is not None:
+        @app.post("/v1/classify", tags=["models"], response_model=ClassifyResponse, responses=errors,
+                  summary="Classify / route texts",
+                  description="Each text gets the most likely label, its probability, all probabilities and the "
+                              "route (the label, or the human label when the model is not confident enough).")
+        async def classify(req: ClassifyRequest):
+            return {"results": await batchers["classifier"].submit(req.texts)}
+
+    if qa is not None:
+        @app.post("/v1/answer", tags=["models"], response_model=AnswerResult, responses=errors,
+                  summary="Answer a question from a passage (extractive)")
+        async def answer(req: AnswerRequest):
+            return (await batchers["qa"].submit([(req.question, req.context)]))[0]
+
+        @app.post("/v1/answer/batch", tags=["models"], response_model=AnswerBatchResponse, responses=errors,
+                  summary="Answer several question/passage pairs")
+        async def answer_batch(req: AnswerBatchRequest):
+            return {"results": await batchers["qa"].submit([(it.question, it.context) for it in req.items])}
+
+    known = {r.path for r in app.routes if hasattr(r, "path")}
+    app.add_middleware(_ObserveAndLimit, metrics=metrics, max_body_bytes=s.max_body_bytes, known_paths=known)
+    return app
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("denki")
+    except Exception:  # source tree without installation
+        return "0"

@@ -1,0 +1,373 @@
+"""`denki serve`: the HTTP API (serve/http.py), the micro-batcher (serve/microbatch.py) and the command.
+
+Endpoint tests run the ASGI app in process (TestClient / httpx ASGITransport); one test starts real uvicorn on
+127.0.0.1 to check graceful shutdown. The OpenAPI schema is fuzzed with schemathesis: no input may cause a 5xx.
+"""
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+
+from models.errors import DenkiError  # noqa: E402
+from serve.http import Metrics, ServerSettings, create_app  # noqa: E402
+from serve.microbatch import MicroBatcher, QueueFull  # noqa: E402
+from serve.runtime import Predictor  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cls_pred(onnx_classifier):
+    return Predictor(onnx_classifier, backend="fp32", device="cpu", threads=1)
+
+
+@pytest.fixture(scope="module")
+def qa_pred(onnx_qa):
+    return Predictor(onnx_qa, backend="fp32", device="cpu", threads=1)
+
+
+@pytest.fixture(scope="module")
+def client(cls_pred, qa_pred):
+    from fastapi.testclient import TestClient
+
+    app = create_app(classifier=cls_pred, qa=qa_pred, settings=ServerSettings(max_texts=8, max_text_chars=200,
+                                                                              max_body_bytes=20_000, max_pairs=3))
+    with TestClient(app) as c:
+        yield c
+
+
+class Gated:
+    """Wraps a predictor; its model calls block until ``gate`` is set (to hold requests in flight)."""
+
+    def __init__(self, p):
+        self.p, self.kind, self.dir = p, p.kind, p.dir
+        self.gate = threading.Event()
+        self.calls: list[int] = []
+
+    def describe(self):
+        return "gated " + self.p.describe()
+
+    def classify(self, texts, batch_size=32):
+        assert self.gate.wait(20), "test gate never opened"
+        self.calls.append(len(texts))
+        return self.p.classify(texts, batch_size=batch_size)
+
+
+# ------------------------------------------------------------------------------------------------- endpoints
+def test_classify_matches_predictor(client, cls_pred):
+    texts = ["ログインできません", "料金の請求について", ""]
+    r = client.post("/v1/classify", json={"texts": texts})
+    assert r.status_code == 200, r.text
+    got = r.json()["results"]
+    want = cls_pred.classify(texts)
+    assert [g["label"] for g in got] == [w["label"] for w in want]
+    assert [g["route"] for g in got] == [w["route"] for w in want]
+    for g, w in zip(got, want):
+        assert g["score"] == pytest.approx(w["score"], abs=1e-6)
+        assert set(g["scores"]) == set(w["scores"]) and sum(g["scores"].values()) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_answer_and_batch(client, qa_pred):
+    q, ctx = "会議は何時から?", "定例会議は毎週月曜の10時から第二会議室で始まる。"
+    r = client.post("/v1/answer", json={"question": q, "context": ctx})
+    assert r.status_code == 200, r.text
+    a = r.json()
+    want = qa_pred.answer(q, ctx)
+    assert a["answer"] == want["answer"] and a["has_answer"] == want["has_answer"]
+    if a["has_answer"]:
+        assert ctx[a["start"]:a["end"]] == a["answer"]
+    rb = client.post("/v1/answer/batch", json={"items": [{"question": q, "context": ctx},
+                                                         {"question": "場所は?", "context": ctx}]})
+    assert rb.status_code == 200, rb.text
+    res = rb.json()["results"]
+    assert len(res) == 2 and res[0]["answer"] == a["answer"]
+    assert res[1]["answer"] == qa_pred.answer("場所は?", ctx)["answer"]
+
+
+@pytest.mark.parametrize("body,status,code", [
+    ({"texts": []}, 422, "invalid_request"),
+    ({"texts": ["a"] * 9}, 422, "too_many_items"),
+    ({"texts": ["あ" * 201]}, 422, "invalid_request"),
+    ({"texts": "not a list"}, 422, "invalid_request"),
+    ({"texts": [1, 2]}, 422, "invalid_request"),
+    ({"text": ["a"]}, 422, "invalid_request"),
+])
+def test_classify_limits(client, body, status, code):
+    r = client.post("/v1/classify", json=body)
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert err["code"] == code and err["message"]
+
+
+def test_malformed_bodies(client):
+    h = {"content-type": "application/json"}
+    r = client.post("/v1/classify", content=b'{"texts": ["\\ud800"]}', headers=h)  # lone surrogate
+    assert r.status_code == 422 and "surrogate" in r.json()["error"]["message"]
+    r = client.post("/v1/classify", content=b"{not json", headers=h)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
+    r = client.post("/v1/classify", content=b"x" * 30_000, headers=h)  # over max_body_bytes (Content-Length)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+
+    def chunks():  # no Content-Length: refused while streaming
+        for _ in range(10):
+            yield b"x" * 5_000
+
+    r = client.post("/v1/classify", content=chunks(), headers=h)
+    assert r.status_code == 413
+    r = client.get("/v1/nothing-here")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+def test_answer_limits(client):
+    ok_ctx = "定例会議は毎週月曜の10時から始まる。"
+    for body in ({"question": "   ", "context": ok_ctx}, {"question": "何時?", "context": ""},
+                 {"question": "何時?"}, {"items": []}):
+        r = client.post("/v1/answer", json=body)
+        assert r.status_code == 422, body
+    # a question that leaves no room for the context: refused by the tokenizer → 422, not 500
+    r = client.post("/v1/answer", json={"question": "会議" * 100, "context": ok_ctx})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "unprocessable", r.text
+    r = client.post("/v1/answer/batch", json={"items": [{"question": "何時?", "context": ok_ctx}] * 4})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "too_many_items"  # 4 > max_pairs=3
+
+
+def test_bad_request_in_a_merged_batch_fails_alone(qa_pred):
+    """A refused question merged into a batch with good ones: only its own request gets the 422."""
+    app = create_app(qa=qa_pred, settings=ServerSettings(max_batch=8, max_wait_ms=300))
+    ctx = "定例会議は毎週月曜の10時から第二会議室で始まる。"
+    bodies = [{"question": "何時?", "context": ctx}, {"question": "会議" * 100, "context": ctx},
+              {"question": "どこ?", "context": ctx}]
+
+    async def main():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+                return await asyncio.gather(*[c.post("/v1/answer", json=b) for b in bodies])
+
+    rs = asyncio.run(main())
+    assert [r.status_code for r in rs] == [200, 422, 200]
+    assert rs[0].json()["answer"] == qa_pred.answer("何時?", ctx)["answer"]
+    assert app.state.metrics.batch_requests["qa"].counts[2] == 1  # the three were merged into one batch (le=4)
+
+
+def test_health_ready_metrics_openapi(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    rd = client.get("/readyz")
+    assert rd.status_code == 200 and set(rd.json()["models"]) == {"classifier", "qa"}
+    client.post("/v1/classify", json={"texts": ["a", "b"]})
+    m = client.get("/metrics")
+    assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
+    text = m.text
+    assert 'denki_http_requests_total{endpoint="/v1/classify",method="POST",status="200"}' in text
+    assert 'denki_http_errors_total{endpoint="/v1/classify",code="too_many_items"}' in text
+    assert 'denki_batch_size_items_bucket{model="classifier",le="+Inf"}' in text
+    # histogram buckets are cumulative and end at _count
+    prefix = 'denki_http_request_duration_seconds_bucket{endpoint="/v1/classify"'
+    lines = [ln for ln in text.splitlines() if ln.startswith(prefix)]
+    counts = [int(ln.rsplit(" ", 1)[1]) for ln in lines]
+    assert counts == sorted(counts) and counts[-1] > 0
+    total = [ln for ln in text.splitlines()
+             if ln.startswith('denki_http_request_duration_seconds_count{endpoint="/v1/classify"}')]
+    assert int(total[0].rsplit(" ", 1)[1]) == counts[-1]
+    spec = client.get("/openapi.json").json()
+    assert {"/v1/classify", "/v1/answer", "/v1/answer/batch", "/healthz", "/readyz", "/metrics"} <= set(spec["paths"])
+    assert spec["paths"]["/v1/classify"]["post"]["requestBody"]["content"]["application/json"]
+    assert client.get("/docs").status_code == 200
+
+
+def test_classifier_only_server_has_no_qa_routes(cls_pred, qa_pred):
+    from fastapi.testclient import TestClient
+
+    with TestClient(create_app(classifier=cls_pred)) as c:
+        assert c.post("/v1/answer", json={"question": "a", "context": "b"}).status_code == 404
+    with pytest.raises(DenkiError):
+        create_app()
+    with pytest.raises(DenkiError, match="not an ONNX classifier"):
+        create_app(classifier=qa_pred)
+
+
+# ---------------------------------------------------------------------------------------------- micro-batching
+async def _concurrent_classify(app, n: int, texts_per_request: int = 1) -> list[httpx.Response]:
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+            return await asyncio.gather(*[
+                c.post("/v1/classify", json={"texts": [f"問い合わせ {i}"] * texts_per_request}) for i in range(n)])
+
+
+def test_microbatching_merges_concurrent_requests(cls_pred):
+    on = create_app(classifier=cls_pred, settings=ServerSettings(max_batch=8, max_wait_ms=200))
+    rs = asyncio.run(_concurrent_classify(on, 16))
+    assert all(r.status_code == 200 for r in rs)
+    h = on.state.metrics.batch_requests["classifier"]
+    assert h.count < 16 and h.sum == 16  # fewer model calls than requests
+    items = on.state.metrics.batch_items["classifier"]
+    assert sum(items.counts[len([b for b in items.buckets if b < 8]) + 1:]) == 0  # never more than max_batch
+    # the same texts give the same answer whether batched or alone
+    assert rs[3].json()["results"][0]["label"] == cls_pred.classify(["問い合わせ 3"])[0]["label"]
+
+    off = create_app(classifier=cls_pred, settings=ServerSettings(batching=False, max_wait_ms=200))
+    rs = asyncio.run(_concurrent_classify(off, 6))
+    assert all(r.status_code == 200 for r in rs)
+    h = off.state.metrics.batch_requests["classifier"]
+    assert h.count == 6 and h.sum == 6  # one request, one model call
+
+
+def test_backpressure_503_with_retry_after(cls_pred):
+    gated = Gated(cls_pred)
+    app = create_app(classifier=gated, settings=ServerSettings(max_batch=2, max_wait_ms=0, max_queue=4,
+                                                               retry_after_s=3))
+
+    async def scenario():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+                held = [asyncio.create_task(c.post("/v1/classify", json={"texts": ["a", "b"]})) for _ in range(2)]
+                await asyncio.sleep(0.3)  # both admitted: 4 items pending = max_queue
+                r = await c.post("/v1/classify", json={"texts": ["c"]})
+                gated.gate.set()
+                return r, await asyncio.gather(*held)
+
+    rejected, held = asyncio.run(scenario())
+    assert rejected.status_code == 503 and rejected.headers["retry-after"] == "3"
+    assert rejected.json()["error"]["code"] == "overloaded"
+    assert [r.status_code for r in held] == [200, 200]
+
+
+def test_microbatcher_units():
+    calls = []
+
+    def fn(items):
+        calls.append(list(items))
+        if "bad" in items:
+            raise DenkiError("bad item")
+        return [x.upper() for x in items]
+
+    async def main():
+        b = MicroBatcher(fn, max_batch=4, max_wait_ms=100, max_queue=6)
+        await b.start()
+        res = await asyncio.gather(b.submit(["a", "b"]), b.submit(["c"]), b.submit(["d", "e"]),
+                                   b.submit(["bad"]), return_exceptions=True)
+        assert res[0] == ["A", "B"] and res[1] == ["C"] and res[2] == ["D", "E"]
+        assert isinstance(res[3], DenkiError)  # only the bad request fails
+        assert all(len(c) <= 4 for c in calls)  # requests are never split, batches never exceed max_batch
+        assert b.pending == 0
+        await b.close()
+        with pytest.raises(Exception, match="shutting down"):
+            await b.submit(["x"])
+
+    asyncio.run(main())
+
+    gate = threading.Event()
+
+    async def full():
+        b = MicroBatcher(lambda xs: gate.wait(10) and xs, max_batch=2, max_wait_ms=0, max_queue=3)
+        await b.start()
+        t = asyncio.create_task(b.submit(["a", "b", "c"]))
+        await asyncio.sleep(0.05)
+        with pytest.raises(QueueFull):
+            await b.submit(["d"])
+        gate.set()
+        assert await t == ["a", "b", "c"]  # larger than max_batch: runs as a batch of its own
+        await b.close()
+
+    asyncio.run(full())
+
+
+# -------------------------------------------------------------------------------------- real server, shutdown
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_graceful_shutdown_finishes_in_flight(cls_pred):
+    import uvicorn
+
+    gated = Gated(cls_pred)
+    port = _free_port()
+    app = create_app(classifier=gated, settings=ServerSettings(max_wait_ms=0))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           timeout_graceful_shutdown=10))
+    th = threading.Thread(target=server.run, daemon=True)
+    th.start()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    result = {}
+    req = threading.Thread(target=lambda: result.setdefault(
+        "r", httpx.post(url + "/v1/classify", json={"texts": ["終わるまで待つ"]}, timeout=20)))
+    req.start()
+    while not gated.calls and app.state.metrics.in_flight == 0:
+        time.sleep(0.01)
+    server.should_exit = True  # what SIGINT/SIGTERM do
+    time.sleep(0.3)
+    assert th.is_alive()  # still waiting for the in-flight request
+    gated.gate.set()
+    req.join(20)
+    th.join(20)
+    assert not th.is_alive()
+    assert result["r"].status_code == 200 and len(result["r"].json()["results"]) == 1
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url + "/healthz", timeout=1)
+
+
+# ----------------------------------------------------------------------------------------------------- command
+def test_cli_help_and_no_torch():
+    code = ("import sys, serve.http, serve.microbatch, app.cmd_httpserve; "
+            "from app.cli import build_parser; "
+            "a = build_parser().parse_args(['serve', '--classifier', 'X', '--no-batching', '--max-batch', '4']); "
+            "assert a.port == 8080 and a.host == '127.0.0.1' and a.no_batching and a.max_batch == 4; "
+            "assert 'torch' not in sys.modules, 'serve.http imported torch'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    from app.cli import main
+
+    assert main(["serve"]) == 2  # no model: a clear error, not a traceback
+    with pytest.raises(DenkiError, match="cannot exceed"):
+        ServerSettings(max_text_chars=10**9)
+
+
+# ------------------------------------------------------------------------------------------------ fuzzing
+@pytest.mark.parametrize("mode", ["positive", "negative"])
+def test_openapi_fuzz_no_5xx(cls_pred, qa_pred, mode):
+    """Property-based fuzzing (schemathesis strategies driven by hypothesis) of every operation in the OpenAPI
+    schema: schema-valid inputs (positive) and schema-violating ones (negative) must get a non-5xx answer that
+    conforms to the documented responses. (Driven directly, not through schemathesis' pytest plugin.)"""
+    schemathesis = pytest.importorskip("schemathesis")
+    from hypothesis import HealthCheck, given, settings
+
+    app = create_app(classifier=cls_pred, qa=qa_pred,
+                     settings=ServerSettings(max_texts=8, max_text_chars=300, max_context_chars=2000, max_pairs=3))
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    gen = schemathesis.GenerationMode(mode)
+    seen = set()
+    for result in schema.get_all_operations():
+        op = result.ok()
+        if mode == "negative" and op.method.upper() == "GET":
+            continue  # no parameters to violate
+
+        @given(case=op.as_strategy(generation_mode=gen))
+        @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
+                  database=None)
+        def check(case):
+            response = case.call()
+            assert response.status_code < 500, (case.path, case.body, response.text)
+            if response.status_code >= 400:
+                assert "error" in json.loads(response.text), response.text
+            if mode == "positive":
+                case.validate_response(response)
+            seen.add((case.method, case.path, response.status_code))
+
+        check()
+    assert any(p == "/v1/classify" and st == (200 if mode == "positive" else 422) for _, p, st in seen), seen
