@@ -1,58 +1,222 @@
-"""`denki quickstart`: the main job on the shipped sample, stage by stage; a finished stage is skipped."""
+"""`denki quickstart`: the whole pipeline on the sample shipped in samples/, then the demo.
+
+tokenizer → tiny ELECTRA pretraining → routing classifier + QA fine-tuning → ONNX export (fp32 + O2 + int8, parity
+gated) → evaluation → summary table → demo. Every stage writes under ``--out`` and is skipped when its output
+exists, so re-running is cheap. Sized to finish in ≤ 10 minutes on 2 CPU cores.
+"""
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "samples"
+CORPUS = SAMPLES / "corpus_ja.txt"
+ROUTING = (SAMPLES / "routing_train.jsonl", SAMPLES / "routing_dev.jsonl")
+QA = (SAMPLES / "qa_train.jsonl", SAMPLES / "qa_dev.jsonl")
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "quickstart", help="run the whole pipeline on the shipped sample data",
-        description="Run denki end to end on the sample data shipped in samples/ (no ../shared needed). "
-                    "Each stage writes under --out and is skipped when its output already exists, so re-running "
-                    "is cheap. Stages so far: train the tokenizer on samples/corpus_ja.txt, tokenize the corpus "
-                    "to JSONL with original-string offsets.",
+        "quickstart", help="run the whole pipeline on the shipped sample data, then open the demo",
+        description="Run denki end to end on the sample data in samples/ (no ../shared needed): train the tokenizer, "
+                    "pretrain a tiny ELECTRA, fine-tune the routing classifier and the QA model, export ONNX "
+                    "(fp32 + O2 + int8) behind the parity gate, evaluate both, print a summary, and launch the demo "
+                    "on 127.0.0.1. Each stage is skipped when its output already exists.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--out", default="runs/quickstart", help="output directory")
+    p.add_argument("--no-demo", action="store_true", help="stop after the summary (do not launch the demo)")
     p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--no-demo", action="store_true", help="do not launch the demo at the end")
+    p.add_argument("--pretrain-flops", type=float, default=6e12,
+                   help="pretraining budget in FLOPs (generator included); ~2–3 min on 2 CPU cores")
+    p.add_argument("--port", type=int, default=7860, help="demo port")
+    p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_quickstart)
 
 
-def _stage(name: str, done: bool, fn) -> None:
-    if done:
-        print(f"[quickstart] {name}: done already (skipped)")
-        return
-    t0 = time.perf_counter()
-    print(f"[quickstart] {name} …")
-    fn()
-    print(f"[quickstart] {name}: {time.perf_counter() - t0:.1f}s")
+class _Stages:
+    def __init__(self, total: int):
+        self.total, self.i, self.times = total, 0, {}
+
+    def run(self, name: str, done: bool, fn) -> None:
+        self.i += 1
+        tag = f"[quickstart {self.i}/{self.total}] {name}"
+        if done:
+            print(f"{tag}: done already (skipped)")
+            return
+        print(f"{tag} …", flush=True)
+        t0 = time.perf_counter()
+        fn()
+        self.times[name] = time.perf_counter() - t0
+        print(f"{tag}: {self.times[name]:.0f}s", flush=True)
+
+
+def _latency_p50(bundle: Path, texts: list[str], n: int = 40) -> dict:
+    """p50 of single-request latency per CPU backend (a quick look; `denki bench latency` is the full one)."""
+    import numpy as np
+
+    from serve.runtime import MODEL_FILES, Predictor
+
+    out = {}
+    for b in ("fp32", "o2", "int8"):
+        if not (bundle / MODEL_FILES[b]).is_file():
+            continue
+        p = Predictor(bundle, backend=b, device="cpu")
+        p.classify(texts[:2])
+        ts = []
+        for t in (texts * 3)[:n]:
+            t0 = time.perf_counter()
+            p.classify([t])
+            ts.append((time.perf_counter() - t0) * 1e3)
+        out[b] = float(np.percentile(ts, 50))
+    return out
 
 
 def cmd_quickstart(args) -> int:
-    from models.tokenize_file import tokenize_file
-    from models.tokenizer import JapaneseTokenizer, train_tokenizer
+    from models.bundle import read_manifest
+    from models.tokenizer import train_tokenizer
 
     out = Path(args.out)
-    corpus = SAMPLES / "corpus_ja.txt"
-    tok_dir = out / "tokenizer"
-    tokens = out / "corpus_tokens.jsonl"
-    _stage("1/2 tokenizer", (tok_dir / "vocab.txt").exists(),
-           lambda: train_tokenizer([corpus], args.vocab_size, limit_alphabet=2500).save(tok_dir))
-    stats = {}
-    _stage("2/2 tokenize sample", tokens.exists(),
-           lambda: stats.update(tokenize_file(tok_dir, corpus, tokens)))
-    tok = JapaneseTokenizer.load(tok_dir)
-    example = "ＡＢＣ株式会社の①番窓口は、東京都千代田区にあります。"
-    enc = tok.encode(example)
-    print("\nsummary")
-    print(f"  tokenizer   {tok_dir}  ({tok.vocab_size} tokens)")
-    print(f"  tokens      {tokens}" + (f"  ({stats['tokens']} tokens, {stats['chars_per_token']:.2f} chars/token)"
-                                       if stats else ""))
-    print(f"  example     {example}")
-    print("  tokens      " + " ".join(f"{t}[{a}:{b}]" for t, (a, b) in zip(enc.tokens, enc.offsets)))
+    out.mkdir(parents=True, exist_ok=True)
+    tok_dir, pre_dir = out / "tokenizer", out / "pretrain"
+    cls_dir, qa_dir = out / "classifier", out / "qa"
+    cls_onnx, qa_onnx = out / "classifier-onnx", out / "qa-onnx"
+    t_start = time.perf_counter()
+    st = _Stages(7)
+
+    st.run("tokenizer (MeCab + WordPiece on samples/corpus_ja.txt)", (tok_dir / "vocab.txt").is_file(),
+           lambda: train_tokenizer([CORPUS], args.vocab_size, limit_alphabet=2500).save(tok_dir))
+
+    def pretrain():
+        from pretrain.train import PretrainConfig, run_pretrain
+
+        run_pretrain(PretrainConfig(corpus=[str(CORPUS)], tokenizer=str(tok_dir), out=str(pre_dir), size="tiny",
+                                    objective="electra", max_flops=args.pretrain_flops, batch_size=32, seq_len=128,
+                                    seed=args.seed, device="auto", cache_dir=str(out / "cache")))
+
+    st.run(f"pretrain tiny ELECTRA ({args.pretrain_flops:.1e} FLOPs)",
+           (pre_dir / "bundle" / "manifest.json").is_file(), pretrain)
+
+    def finetune_classifier():
+        from models.classify import FinetuneConfig, finetune
+
+        finetune(train_path=str(ROUTING[0]), dev_path=str(ROUTING[1]), out_dir=str(cls_dir),
+                 model=str(pre_dir / "bundle"), text_field="text", label_field="label",
+                 cfg=FinetuneConfig(epochs=4, max_length=64, seeds=[args.seed], batch_size=32),
+                 target_precision=0.9)
+
+    st.run("fine-tune routing classifier (samples/routing_*.jsonl)",
+           (cls_dir / "bundle" / "manifest.json").is_file(), finetune_classifier)
+
+    def finetune_qa():
+        from models.qa import finetune_qa as run
+
+        run(model=str(pre_dir / "bundle"), train=str(QA[0]), dev=str(QA[1]), out=str(qa_dir), max_length=256,
+            doc_stride=64, epochs=3.0, seeds=1, seed=args.seed, batch_size=16)
+
+    st.run("fine-tune QA (samples/qa_*.jsonl)", (qa_dir / "bundle" / "manifest.json").is_file(), finetune_qa)
+
+    def export():
+        from serve.export import export_bundle, format_parity
+
+        for src, dst in ((cls_dir, cls_onnx), (qa_dir, qa_onnx)):
+            if (dst / "manifest.json").is_file():
+                continue
+            man = export_bundle(src, dst, optimize="O2", quantize="int8", min_agreement=0.9, max_drop=0.03)
+            print(format_parity(man["metrics"]["parity"]))
+
+    st.run("export ONNX fp32 + O2 + int8 (parity gate)",
+           (cls_onnx / "manifest.json").is_file() and (qa_onnx / "manifest.json").is_file(), export)
+
+    summary_path = out / "summary.json"
+
+    def evaluate():
+        from models.classify_eval import evaluate_logits, label_indices
+        from models.records import read_labelled
+        from serve.evaluate import evaluate_onnx_qa, onnx_logits_fn
+
+        fn = onnx_logits_fn(cls_onnx)
+        task = fn.predictor.task
+        dev = read_labelled(ROUTING[1], "text", "label")
+        cls_onnx_metrics = evaluate_logits(fn(dev.texts), label_indices(dev.labels, task["labels"], dev.path,
+                                                                          dev.lines, "label"), task)
+        qa_onnx_metrics, _ = evaluate_onnx_qa(qa_onnx, QA[1])
+        cls_report = json.loads((cls_dir / "report.json").read_text(encoding="utf-8"))
+        qa_report = json.loads((qa_dir / "report.json").read_text(encoding="utf-8"))
+        pre = json.loads((pre_dir / "summary.json").read_text(encoding="utf-8"))
+        summary = {
+            "pretrain": {"flops": pre.get("flops"), "steps": pre.get("steps"), "tokens": pre.get("tokens"),
+                         "wall_s": pre.get("wall_s"), "final": pre.get("final")},
+            "routing": {"onnx_backend": fn.predictor.backend, "onnx": _pick(cls_onnx_metrics),
+                        "pytorch": _pick(cls_report.get("dev", {})),
+                        "tfidf_baseline": _pick(cls_report.get("baseline", {}) or {})},
+            "qa": {"onnx_backend": qa_onnx_metrics.get("backend"),
+                   "onnx": {k: qa_onnx_metrics.get(k) for k in ("exact", "f1", "HasAns_f1", "NoAns_exact",
+                                                                "null_threshold", "total")},
+                   "pytorch": {k: (qa_report.get("dev_metrics") or {}).get(k)
+                               for k in ("exact", "f1", "HasAns_f1", "NoAns_exact", "total")}},
+            "latency_p50_ms_batch1": _latency_p50(cls_onnx, dev.texts),
+            "parity": {"classifier": read_manifest(cls_onnx)["metrics"]["parity"],
+                       "qa": read_manifest(qa_onnx)["metrics"]["parity"]},
+        }
+        from models.fileio import atomic_write_json
+
+        atomic_write_json(summary_path, summary)
+
+    st.run("evaluate ONNX bundles on the sample dev sets", summary_path.is_file(), evaluate)
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    summary["stage_seconds"] = st.times
+    print(format_summary(summary, out, time.perf_counter() - t_start))
+
+    def demo():
+        if args.no_demo:
+            print("[quickstart] --no-demo: start it later with "
+                  f"`denki demo --classifier {cls_onnx} --qa {qa_onnx}`")
+            return
+        from app.demo import launch
+
+        launch(str(cls_onnx), str(qa_onnx), port=args.port)
+
+    st.run("demo (Ctrl-C to stop)", False, demo)
     return 0
+
+
+def _pick(m: dict) -> dict:
+    return {k: m.get(k) for k in ("accuracy", "macro_f1", "abstain_rate", "accuracy_non_abstained") if k in m}
+
+
+def format_summary(s: dict, out: Path, seconds: float) -> str:
+    def f(x, pct=False):
+        if x is None:
+            return "—"
+        return f"{100 * x:.1f}" if pct else f"{x:.1f}"
+
+    r, q, p = s["routing"], s["qa"], s["pretrain"]
+    fin = p.get("final") or {}
+    lines = [
+        "",
+        f"denki quickstart summary ({out}; pipeline {seconds / 60:.1f} min this run)",
+        "",
+        "| stage | result |",
+        "|---|---|",
+        f"| pretraining (tiny ELECTRA) | {p['flops'] / 1e12:.1f} TFLOPs, {p['steps']} steps, {p['tokens']:,} tokens, "
+        f"{(p.get('wall_s') or 0) / 60:.1f} min; gen acc {f(fin.get('gen_acc'), True)}%, "
+        f"disc P/R {f(fin.get('disc_precision'), True)}/{f(fin.get('disc_recall'), True)}% |",
+        f"| routing, dev accuracy / macro-F1 | ONNX {r['onnx_backend']}: {f(r['onnx'].get('accuracy'), True)} / "
+        f"{f(r['onnx'].get('macro_f1'), True)} · PyTorch: {f(r['pytorch'].get('accuracy'), True)} / "
+        f"{f(r['pytorch'].get('macro_f1'), True)} · TF-IDF baseline: "
+        f"{f(r['tfidf_baseline'].get('accuracy'), True)} / {f(r['tfidf_baseline'].get('macro_f1'), True)} |",
+        f"| routing, abstain to 担当者 | {f(r['onnx'].get('abstain_rate'), True)}% of dev; accuracy on the rest "
+        f"{f(r['onnx'].get('accuracy_non_abstained'), True)}% |",
+        f"| QA, dev EM / F1 (HasAns F1, NoAns acc) | ONNX {q['onnx_backend']}: {f(q['onnx'].get('exact'))} / "
+        f"{f(q['onnx'].get('f1'))} ({f(q['onnx'].get('HasAns_f1'))}, {f(q['onnx'].get('NoAns_exact'))}) · PyTorch: "
+        f"{f(q['pytorch'].get('exact'))} / {f(q['pytorch'].get('f1'))} |",
+        "| routing latency p50, batch 1 (ms) | " +
+        ", ".join(f"{b} {v:.2f}" for b, v in s["latency_p50_ms_batch1"].items()) + " |",
+        "",
+        "Tiny model, tiny budget: expect the TF-IDF baseline to win here; see docs/results.md for larger runs.",
+    ]
+    return "\n".join(lines)
+

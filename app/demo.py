@@ -149,8 +149,14 @@ def answer_question(models: DemoModels, question: str, passage: str, backend: st
         md = (f"### 回答: **{r['answer']}**\n文字位置 {s}–{e}（{r['windows']} ウィンドウ）・"
               f"無回答スコア差 {diff_s} ≤ しきい値 {thr:.3f}")
     else:
-        spans = [(passage, None)]
-        md = f"### {NO_ANSWER_JA}\n無回答スコア差 {diff_s} > しきい値 {thr:.3f}（{r['windows']} ウィンドウ）"
+        cand = r.get("span_answer") or ""
+        s = passage.find(cand) if cand else -1
+        if s >= 0:  # show what the model considered, clearly marked as rejected
+            spans = [(passage[:s], None), (cand, "候補（不採用）"), (passage[s + len(cand):], None)]
+        else:
+            spans = [(passage, None)]
+        md = (f"### {NO_ANSWER_JA}\n無回答スコア差 {diff_s} > しきい値 {thr:.3f}（{r['windows']} ウィンドウ）"
+              + (f"・最有力候補「{cand}」は不採用" if cand else ""))
     return [x for x in spans if x[0]], md, _timing(p, wall)
 
 
@@ -232,7 +238,7 @@ def build_app(models: DemoModels):
             passage = gr.Textbox(label="本文", lines=8, elem_id="qa-passage", max_length=MAX_CONTEXT_CHARS)
             qa_btn = gr.Button("回答を探す", variant="primary", elem_id="qa-button")
             qa_md = gr.Markdown(elem_id="qa-output")
-            highlighted = gr.HighlightedText(label="本文中の回答", color_map={"回答": "orange"},
+            highlighted = gr.HighlightedText(label="本文中の回答", color_map={"回答": "orange", "候補（不採用）": "lightgray"},
                                              elem_id="qa-highlight", combine_adjacent=True)
             qa_timing = gr.JSON(label="レイテンシ (ms)", elem_id="qa-timing")
             if models.examples("qa"):

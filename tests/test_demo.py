@@ -53,7 +53,9 @@ def test_qa_handler_highlights_exact_span(models):
     assert len(hl) == 1 and hl[0] in passage and "回答" in md
     p.task["null_threshold"] = -1e9
     spans, md, _ = answer_question(models, "富士山の標高は?", passage, "ORT int8 (CPU)")
-    assert NO_ANSWER_JA in md and spans == [(passage, None)]
+    assert NO_ANSWER_JA in md and "".join(t for t, _ in spans) == passage
+    assert "回答" not in [lab for _, lab in spans]  # a rejected candidate is never labelled as the answer
+    assert [t for t, lab in spans if lab == "候補（不採用）"] == [hl[0]]
     p.task["null_threshold"] = 0.0
     assert "長すぎ" in answer_question(models, "q", "あ" * 100_001, "ORT int8 (CPU)")[1]
 
