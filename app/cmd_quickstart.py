@@ -84,7 +84,7 @@ def cmd_quickstart(args) -> int:
     cls_dir, qa_dir = out / "classifier", out / "qa"
     cls_onnx, qa_onnx = out / "classifier-onnx", out / "qa-onnx"
     t_start = time.perf_counter()
-    st = _Stages(7)
+    st = _Stages(8)
 
     st.run("tokenizer (MeCab + WordPiece on samples/corpus_ja.txt)", (tok_dir / "vocab.txt").is_file(),
            lambda: train_tokenizer([CORPUS], args.vocab_size, limit_alphabet=2500).save(tok_dir))
@@ -99,16 +99,26 @@ def cmd_quickstart(args) -> int:
     st.run(f"pretrain tiny ELECTRA ({args.pretrain_flops:.1e} FLOPs)",
            (pre_dir / "bundle" / "manifest.json").is_file(), pretrain)
 
-    def finetune_classifier():
+    cls_ctrl = out / "classifier-random-init"
+
+    def finetune_classifier(init: str):
         from models.classify import FinetuneConfig, finetune
 
-        finetune(train_path=str(ROUTING[0]), dev_path=str(ROUTING[1]), out_dir=str(cls_dir),
-                 model=str(pre_dir / "bundle"), text_field="text", label_field="label",
-                 cfg=FinetuneConfig(epochs=4, max_length=64, seeds=[args.seed], batch_size=32),
-                 target_precision=0.9)
+        kw = ({"model": str(pre_dir / "bundle")} if init == "pretrained" else
+              {"init_random": "tiny", "tokenizer_dir": str(tok_dir)})
+        finetune(train_path=str(ROUTING[0]), dev_path=str(ROUTING[1]),
+                 out_dir=str(cls_dir if init == "pretrained" else cls_ctrl), text_field="text", label_field="label",
+                 cfg=FinetuneConfig(epochs=8, patience=3, max_length=64, seeds=[args.seed], batch_size=32),
+                 target_precision=0.9, **kw)
 
-    st.run("fine-tune routing classifier (samples/routing_*.jsonl)",
-           (cls_dir / "bundle" / "manifest.json").is_file(), finetune_classifier)
+    # The random-init control shows what the pretraining bought (at quickstart budgets: nothing, see README).
+    st.run("fine-tune routing classifier from the pretrained bundle (samples/routing_*.jsonl)",
+           (cls_dir / "bundle" / "manifest.json").is_file(), lambda: finetune_classifier("pretrained"))
+    st.run("fine-tune routing classifier from random init (control)",
+           (cls_ctrl / "bundle" / "manifest.json").is_file(), lambda: finetune_classifier("random"))
+    # deploy whichever router is better on dev macro-F1 (said in the summary)
+    f1 = {d: json.loads((d / "report.json").read_text(encoding="utf-8"))["dev"]["macro_f1"] for d in (cls_dir, cls_ctrl)}
+    deployed = max(f1, key=f1.get)
 
     def finetune_qa():
         from models.qa import finetune_qa as run
@@ -121,7 +131,7 @@ def cmd_quickstart(args) -> int:
     def export():
         from serve.export import export_bundle, format_parity
 
-        for src, dst in ((cls_dir, cls_onnx), (qa_dir, qa_onnx)):
+        for src, dst in ((deployed, cls_onnx), (qa_dir, qa_onnx)):
             if (dst / "manifest.json").is_file():
                 continue
             man = export_bundle(src, dst, optimize="O2", quantize="int8", min_agreement=0.9, max_drop=0.03)
@@ -144,13 +154,16 @@ def cmd_quickstart(args) -> int:
                                                                           dev.lines, "label"), task)
         qa_onnx_metrics, _ = evaluate_onnx_qa(qa_onnx, QA[1])
         cls_report = json.loads((cls_dir / "report.json").read_text(encoding="utf-8"))
+        ctrl_report = json.loads((cls_ctrl / "report.json").read_text(encoding="utf-8"))
         qa_report = json.loads((qa_dir / "report.json").read_text(encoding="utf-8"))
         pre = json.loads((pre_dir / "summary.json").read_text(encoding="utf-8"))
         summary = {
             "pretrain": {"flops": pre.get("flops"), "steps": pre.get("steps"), "tokens": pre.get("tokens"),
                          "wall_s": pre.get("wall_s"), "final": pre.get("final")},
             "routing": {"onnx_backend": fn.predictor.backend, "onnx": _pick(cls_onnx_metrics),
+                        "deployed": "pretrained" if deployed == cls_dir else "random-init control",
                         "pytorch": _pick(cls_report.get("dev", {})),
+                        "pytorch_random_init": _pick(ctrl_report.get("dev", {})),
                         "tfidf_baseline": _pick(cls_report.get("baseline", {}) or {})},
             "qa": {"onnx_backend": qa_onnx_metrics.get("backend"),
                    "onnx": {k: qa_onnx_metrics.get(k) for k in ("exact", "f1", "HasAns_f1", "NoAns_exact",
@@ -204,10 +217,13 @@ def format_summary(s: dict, out: Path, seconds: float) -> str:
         f"| pretraining (tiny ELECTRA) | {p['flops'] / 1e12:.1f} TFLOPs, {p['steps']} steps, {p['tokens']:,} tokens, "
         f"{(p.get('wall_s') or 0) / 60:.1f} min; gen acc {f(fin.get('gen_acc'), True)}%, "
         f"disc P/R {f(fin.get('disc_precision'), True)}/{f(fin.get('disc_recall'), True)}% |",
-        f"| routing, dev accuracy / macro-F1 | ONNX {r['onnx_backend']}: {f(r['onnx'].get('accuracy'), True)} / "
-        f"{f(r['onnx'].get('macro_f1'), True)} · PyTorch: {f(r['pytorch'].get('accuracy'), True)} / "
-        f"{f(r['pytorch'].get('macro_f1'), True)} · TF-IDF baseline: "
-        f"{f(r['tfidf_baseline'].get('accuracy'), True)} / {f(r['tfidf_baseline'].get('macro_f1'), True)} |",
+        f"| routing, dev accuracy / macro-F1 | from tiny ELECTRA: {f(r['pytorch'].get('accuracy'), True)} / "
+        f"{f(r['pytorch'].get('macro_f1'), True)} · from random init: "
+        f"{f(r['pytorch_random_init'].get('accuracy'), True)} / {f(r['pytorch_random_init'].get('macro_f1'), True)}"
+        f" · TF-IDF baseline: {f(r['tfidf_baseline'].get('accuracy'), True)} / "
+        f"{f(r['tfidf_baseline'].get('macro_f1'), True)} |",
+        f"| deployed router ({r['deployed']}, better dev macro-F1), ONNX {r['onnx_backend']} | "
+        f"{f(r['onnx'].get('accuracy'), True)} / {f(r['onnx'].get('macro_f1'), True)} |",
         f"| routing, abstain to 担当者 | {f(r['onnx'].get('abstain_rate'), True)}% of dev; accuracy on the rest "
         f"{f(r['onnx'].get('accuracy_non_abstained'), True)}% |",
         f"| QA, dev EM / F1 (HasAns F1, NoAns acc) | ONNX {q['onnx_backend']}: {f(q['onnx'].get('exact'))} / "
