@@ -1,0 +1,130 @@
+"""`denki experiment electra-vs-mlm` at CI scale: one tiny budget, one seed, mini files, one epoch.
+
+Checks the report files and their structure, the plot, the RTD diagnostics, and that a second run reuses every
+cached stage. Never asserts who wins (at this budget nothing is learnt; see DESIGN.md).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from app.cli import main
+from tests.conftest import shared
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory, tiny_tokenizer_dir):
+    root = tmp_path_factory.mktemp("experiment")
+    rows = shared("livedoor_mini.jsonl").read_text(encoding="utf-8").splitlines()
+    (root / "ld_train.jsonl").write_text("".join(r + "\n" for i, r in enumerate(rows) if i % 4), encoding="utf-8")
+    (root / "ld_dev.jsonl").write_text("".join(r + "\n" for i, r in enumerate(rows) if i % 4 == 0),
+                                       encoding="utf-8")
+    qa_task = root / "qa_task.json"  # the JSON form of an own task definition
+    qa_task.write_text(json.dumps({"name": "qa-mini", "kind": "qa", "train": str(shared("qa_mini_train.jsonl")),
+                                   "dev": str(shared("qa_mini_dev.jsonl"))}), encoding="utf-8")
+    out = root / "out"
+    argv = ["experiment", "electra-vs-mlm", "--corpus", str(shared("corpus_mini_ja.txt")),
+            "--tokenizer", str(tiny_tokenizer_dir), "--out", str(out), "--size", "tiny",
+            "--flops-budgets", "2e10", "--task", f"ld-title=classify:{root / 'ld_train.jsonl'}:"
+                                                 f"{root / 'ld_dev.jsonl'}:title",
+            "--task", str(qa_task), "--seeds", "1", "--epochs", "1", "--max-train", "40", "--max-dev", "30",
+            "--batch-size", "8", "--seq-len", "64", "--max-length", "64", "--qa-max-length", "192",
+            "--cache-dir", str(root / "cache"), "--threads", "1", "--no-progress"]
+    t0 = time.perf_counter()
+    assert main(argv) == 0
+    first = time.perf_counter() - t0
+    return out, argv, first
+
+
+def test_report_files_and_structure(experiment):
+    out, _, _ = experiment
+    for name in ("report.json", "report.md", "score_vs_flops.png", "experiment.json"):
+        assert (out / name).is_file(), name
+    assert (out / "score_vs_flops.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert rep["budgets"] == [2e10] and rep["seeds"] == 1
+    assert set(rep["results"]) == {"ld-title", "qa-mini"}
+    assert rep["results"]["ld-title"]["metric"] == "macro_f1" and rep["results"]["qa-mini"]["metric"] == "best_f1"
+    for res in rep["results"].values():
+        assert set(res["cells"]) == {"electra-2e10", "mlm-2e10", "random"}
+        for c in res["cells"].values():
+            assert c["n"] == 1 and c["min"] <= c["median"] <= c["max"]
+        assert res["trivial"]["score"] >= 0 and res["trivial"]["answer"].startswith("always")
+        comp = res["electra_vs_mlm"]["2e10"]
+        assert comp["seed_sd_pooled"] is None and "seed noise not measured" in comp["verdict"]
+    lo, hi = (0, 1), (0, 100)
+    for r in rep["per_seed"]:
+        rng = lo if r["task"] == "ld-title" else hi
+        key = "macro_f1" if r["task"] == "ld-title" else "best_f1"
+        assert rng[0] <= r[key] <= rng[1]
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "## ld-title" in md and "## qa-mini" in md and "| budget (FLOPs) | ELECTRA | MLM | random init |" in md
+    assert "Does ELECTRA win at this scale?" in md and "ELECTRA 15%" in md and "not included" in md
+    assert "Reference: a constant answer" in md
+    assert "score_vs_flops.png" in md and "Command: `" in md and rep["command"]
+
+
+def test_rtd_diagnostics_and_equal_flops(experiment):
+    out, _, _ = experiment
+    rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    rows = {r["model"]: r for r in rep["pretraining"]}
+    assert set(rows) == {"electra-2e10", "mlm-2e10"}
+    e, m = rows["electra-2e10"], rows["mlm-2e10"]
+    for r in (e, m):  # both stop at the first step past the budget: equal compute up to one step
+        assert 2e10 <= r["flops"] < 2e10 * 1.5 and r["steps"] >= 1
+        assert 0 <= r["gen_acc"] <= 1
+        assert r["cls_probe"]["n_inputs"] > 1 and r["cls_probe"]["cls_std"] >= 0
+    for k in ("replace_rate", "disc_acc", "disc_precision", "disc_recall"):
+        assert 0 <= e[k] <= 1
+    assert e["all_original_acc"] == pytest.approx(1 - e["replace_rate"])
+    assert m["disc_recall"] is None  # MLM has no discriminator
+    assert rep["random_init_probe"]["cls_relative_std"] > 0
+    assert set(rep["collapse"]) == {"electra-2e10", "mlm-2e10"}
+    assert all(isinstance(v, bool) for f in rep["collapse"].values() for v in f.values())
+
+
+def test_second_run_skips_every_stage(experiment, capsys):
+    out, argv, first = experiment
+    before = (out / "finetune" / "random" / "ld-title" / "seed-0" / "result.json").stat().st_mtime_ns
+    capsys.readouterr()
+    t0 = time.perf_counter()
+    assert main(argv) == 0
+    second = time.perf_counter() - t0
+    text = capsys.readouterr().out
+    assert "already finished" in text and text.count("(cached)") == 6
+    assert (out / "finetune" / "random" / "ld-title" / "seed-0" / "result.json").stat().st_mtime_ns == before
+    assert second < max(15.0, first / 3), (first, second)
+
+
+def test_changed_settings_are_refused_and_bad_tasks_named(experiment, tmp_path, capsys):
+    out, argv, _ = experiment
+    changed = list(argv)
+    changed[changed.index("--epochs") + 1] = "2"
+    assert main(changed) == 2
+    assert "other settings" in capsys.readouterr().err
+    bad = list(argv)
+    bad[bad.index("--out") + 1] = str(tmp_path / "o")
+    bad += ["--tasks", "livedoor-title", "--data-dir", str(tmp_path / "nowhere")]
+    assert main(bad) == 2
+    err = capsys.readouterr().err
+    assert "livedoor_train.jsonl.gz" in err and "not found" in err
+    assert main(bad[:-4] + ["--tasks", "no-such-task"]) == 2
+    assert "unknown task" in capsys.readouterr().err
+
+
+def test_a_task_pointing_at_other_data_is_fine_tuned_again(experiment, capsys):
+    out, argv, _ = experiment
+    spec = next(a for a in argv if a.startswith("ld-title="))
+    dev = spec.split(":")[2]
+    rows = open(dev, encoding="utf-8").read().splitlines()
+    dev2 = dev.replace("ld_dev", "ld_dev_small")
+    with open(dev2, "w", encoding="utf-8") as f:
+        f.write("".join(r + "\n" for r in rows[:30]))
+    capsys.readouterr()
+    assert main([spec.replace(dev, dev2) if a == spec else a for a in argv]) == 0
+    text = capsys.readouterr().out
+    assert text.count("now points at other data") == 3 and text.count("(cached)") == 3  # the QA cells stay
+    rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert all(r["data"]["dev"] == dev2 for r in rep["per_seed"] if r["task"] == "ld-title")
