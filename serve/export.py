@@ -107,7 +107,6 @@ def _torch_model(src: Path, kind: str):
     from models.bundle_torch import load_model
 
     cls = ElectraForSequenceClassification if kind == "classifier" else ElectraForQuestionAnswering
-    torch.set_grad_enabled(False)
     return load_model(src, cls).eval()
 
 
