@@ -117,7 +117,13 @@ def bench_latency(model_dir: str, out_dir: str, *, texts: str | None = None, tor
         from transformers import AutoTokenizer, pipeline
 
         warnings.filterwarnings("ignore")
-        ort_m = ORTModelForSequenceClassification.from_pretrained(str(bundle), file_name="model.onnx")
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        if threads:  # the same thread budget as every other row
+            so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+        ort_m = ORTModelForSequenceClassification.from_pretrained(str(bundle), file_name="model.onnx",
+                                                                  session_options=so)
         hf_tok = AutoTokenizer.from_pretrained(str(bundle))
         pipe = pipeline("text-classification", model=ort_m, tokenizer=hf_tok, truncation=True,
                         max_length=int(task.get("max_length") or 128))
@@ -143,10 +149,13 @@ def bench_latency(model_dir: str, out_dir: str, *, texts: str | None = None, tor
             fns["PyTorch eager fp32"] = lambda i: torch_run(batches[i])
         for label, p in backends.items():
             fns[label] = (lambda p: lambda i: p.run(batches[i]))(p)
+        # end-to-end rows see the same token count as the model rows (not the bundle's own max_length)
+        base_e2e = backends.get("ORT fp32", base)
+        base_e2e.max_length = n_tok
         fns["denki Predictor.classify (end to end)"] = lambda i: base_e2e.classify(groups[i], batch_size=bs)
         if pipe is not None:
-            fns["optimum ORTModel + pipeline (end to end)"] = lambda i: pipe(groups[i], batch_size=bs)
-        base_e2e = backends.get("ORT fp32", base)
+            fns["optimum ORTModel + pipeline (end to end)"] = lambda i: pipe(groups[i], batch_size=bs,
+                                                                               truncation=True, max_length=n_tok)
         times = {k: [] for k in fns}
         for i in range(n_iter + 2):
             for k, fn in fns.items():  # interleaved: every backend sees the same moment of machine noise
@@ -161,6 +170,7 @@ def bench_latency(model_dir: str, out_dir: str, *, texts: str | None = None, tor
                 "p50_ms": _pct(ts, 50), "p95_ms": _pct(ts, 95), "p99_ms": _pct(ts, 99),
                 "throughput_seq_s": bs / statistics.median(ts), "n": len(ts)}
     bar.close()
+    base_e2e.max_length = int(task.get("max_length") or 128)
     parity = man.get("metrics", {}).get("parity", {})
     ratios = {}
     for key in rows.get("ORT int8", {}):

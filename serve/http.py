@@ -39,6 +39,8 @@ log = logging.getLogger("denki.http")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
+NOT_BLANK = r"[^\s\x1c-\x1f]"  # at least one character that str.strip() keeps
+
 
 @dataclass
 class ServerSettings:
@@ -331,8 +333,9 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
         model_config = ConfigDict(extra="forbid", json_schema_extra={
             "examples": [{"question": "会議は何時から?",
                           "context": "定例会議は毎週月曜の10時から始まる。"}]})
-        question: str = Field(min_length=1, max_length=s.max_text_chars, pattern=r"\S")
-        context: str = Field(min_length=1, max_length=s.max_context_chars, pattern=r"\S")
+        # "not blank" as Python's str.strip() sees it: U+001C–U+001F count as whitespace there (not in \s)
+        question: str = Field(min_length=1, max_length=s.max_text_chars, pattern=NOT_BLANK)
+        context: str = Field(min_length=1, max_length=s.max_context_chars, pattern=NOT_BLANK)
 
         @field_validator("question", "context")
         @classmethod
