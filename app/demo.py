@@ -150,9 +150,9 @@ def answer_question(models: DemoModels, question: str, passage: str, backend: st
               f"無回答スコア差 {diff_s} ≤ しきい値 {thr:.3f}")
     else:
         cand = r.get("span_answer") or ""
-        s = passage.find(cand) if cand else -1
-        if s >= 0:  # show what the model considered, clearly marked as rejected
-            spans = [(passage[:s], None), (cand, "候補（不採用）"), (passage[s + len(cand):], None)]
+        s, e = r.get("span_start"), r.get("span_end")
+        if cand and s is not None:  # show what the model considered, clearly marked as rejected
+            spans = [(passage[:s], None), (passage[s:e], "候補（不採用）"), (passage[e:], None)]
         else:
             spans = [(passage, None)]
         md = (f"### {NO_ANSWER_JA}\n無回答スコア差 {diff_s} > しきい値 {thr:.3f}（{r['windows']} ウィンドウ）"

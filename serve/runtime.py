@@ -221,7 +221,8 @@ class Predictor:
             results.append({"answer": r["answer"], "start": r["start"], "end": r["end"],
                             "score": r["score"], "has_answer": r["has_answer"],
                             "null_score_diff": r["null_score_diff"], "null_threshold": thr,
-                            "span_answer": r["span_answer"], "windows": n})
+                            "span_answer": r["span_answer"], "span_start": r["span_start"],
+                            "span_end": r["span_end"], "windows": n})
             k += n
         t3 = time.perf_counter()
         self.last_timing = {"tokenize_ms": (t1 - t0) * 1e3, "inference_ms": (t2 - t1) * 1e3,
