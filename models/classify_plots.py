@@ -9,12 +9,9 @@ from pathlib import Path
 
 
 def _plt():
-    import matplotlib
+    from .plotting import setup_matplotlib  # Agg + a Japanese font: labels are often Japanese department names
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+    return setup_matplotlib()
 
 
 def _save(fig, path) -> None:

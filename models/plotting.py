@@ -10,7 +10,7 @@ def setup_matplotlib():
     global _DONE
     import matplotlib
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
     if not _DONE:

@@ -195,10 +195,9 @@ def error_examples(examples: list[QAExample], results: dict[str, dict], k: int =
 
 def plot_report(out_dir: Path, examples: list[QAExample], results: dict[str, dict], threshold: float) -> list[str]:
     """Two PNGs: histogram of ``null_score_diff`` for HasAns vs NoAns; overall F1 vs threshold."""
-    import matplotlib
+    from .plotting import setup_matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = setup_matplotlib()
 
     has = [results[e.id]["null_score_diff"] for e in examples if not e.is_impossible]
     no = [results[e.id]["null_score_diff"] for e in examples if e.is_impossible]

@@ -4,7 +4,6 @@ Torch is imported here; ``serve/`` never imports this module.
 """
 from __future__ import annotations
 
-import math
 import random
 
 import numpy as np
@@ -75,6 +74,3 @@ def median_index(values: list[float]) -> int:
     order = sorted(range(len(values)), key=lambda i: values[i])
     return order[(len(values) - 1) // 2]
 
-
-def cosine(step: int, total: int) -> float:  # pragma: no cover - tiny helper kept for schedules
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(1, total))))

@@ -520,11 +520,11 @@ def build_report(cfg: ExperimentConfig, models: list[Model], tasks: list[TaskSpe
 def plot_score_vs_flops(report: dict, path: Path) -> None:
     """One panel per task: median dev score (bars = min..max over seeds) against pretraining FLOPs, per objective;
     the random-init control as a dashed line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter
+
+    from models.plotting import setup_matplotlib
+
+    plt = setup_matplotlib()
 
     names = list(report["results"])
     fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)

@@ -185,10 +185,9 @@ def read_metrics(out: str | os.PathLike) -> list[dict]:
 
 
 def plot_curves(rows: list[dict], path: str | os.PathLike, title: str = "") -> None:
-    import matplotlib
+    from models.plotting import setup_matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = setup_matplotlib()
 
     if not rows:
         return

@@ -127,13 +127,11 @@ def _run_torch(model, batch) -> list[np.ndarray]:
 
 def _session_outputs(path: Path, batch: dict, cache: dict) -> list[np.ndarray] | None:
     """Run an ONNX file on CPU (sessions cached); ``None`` if the CPU provider cannot run it (fp16 kernels)."""
-    import onnxruntime as ort
+    from serve.runtime import _session
 
     if path not in cache:
         try:
-            so = ort.SessionOptions()
-            so.log_severity_level = 3
-            cache[path] = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+            cache[path] = _session(path, "cpu", None)[0]
         except Exception as e:  # pragma: no cover - depends on the ORT build
             cache[path] = e
     sess = cache[path]

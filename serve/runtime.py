@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle import read_task, resolve_bundle, verify_bundle
+from models.bundle import read_manifest, read_task, resolve_bundle, verify_bundle
 from models.errors import DenkiError
 from models.tokenizer import JapaneseTokenizer
 
@@ -82,10 +82,7 @@ class Predictor:
     def __init__(self, bundle_dir: str | os.PathLike, *, backend: str = "auto", device: str = "auto",
                  threads: int | None = None, verify: bool = True):
         self.dir = resolve_onnx_bundle(bundle_dir)
-        self.manifest = verify_bundle(self.dir, kinds=ONNX_KINDS) if verify else {}
-        from models.bundle import read_manifest
-
-        self.manifest = self.manifest or read_manifest(self.dir)
+        self.manifest = verify_bundle(self.dir, kinds=ONNX_KINDS) if verify else read_manifest(self.dir)
         self.kind = self.manifest["kind"]
         self.task = read_task(self.dir)
         self.tokenizer = JapaneseTokenizer.load(self.dir)
