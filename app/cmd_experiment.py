@@ -45,6 +45,9 @@ def register(sub) -> None:
     e.add_argument("--seq-len", type=int, default=128, help="pretraining sequence length")
     e.add_argument("--pretrain-lr", type=float, default=None, help="pretraining peak LR (default per size)")
     e.add_argument("--pretrain-seed", type=int, default=0)
+    e.add_argument("--electra15", action="store_true",
+                   help="also pretrain the paper's 'ELECTRA 15%%' ablation (discriminator loss on the masked "
+                        "positions only) at every budget")
     e.add_argument("--no-random-init", action="store_true", help="skip the random-init control")
     e.add_argument("--keep-finetuned", action="store_true", help="keep every fine-tuned bundle (disk)")
     e.add_argument("--device", default="auto", help="auto | cpu | cuda")
@@ -66,7 +69,7 @@ def cmd_electra_vs_mlm(args) -> int:
         corpus=list(args.corpus), tokenizer=args.tokenizer, out=args.out,
         tasks=[parse_task(n, data_dir) for n in names], budgets=parse_budgets(args.flops_budgets), size=args.size,
         seeds=args.seeds, batch_size=args.batch_size, seq_len=args.seq_len, pretrain_lr=args.pretrain_lr,
-        pretrain_seed=args.pretrain_seed, random_init=not args.no_random_init, epochs=args.epochs, lr=args.lr,
+        pretrain_seed=args.pretrain_seed, random_init=not args.no_random_init, electra15=args.electra15, epochs=args.epochs, lr=args.lr,
         max_length=args.max_length, qa_max_length=args.qa_max_length, qa_doc_stride=args.qa_doc_stride,
         max_train=args.max_train or None, max_dev=args.max_dev or None, keep_finetuned=args.keep_finetuned,
         device=args.device, threads=args.threads, cache_dir=args.cache_dir, progress=not args.no_progress)

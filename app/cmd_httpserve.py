@@ -13,7 +13,8 @@ def register(sub) -> None:
         description="Serve ONNX bundles over HTTP: POST /v1/classify, /v1/answer, /v1/answer/batch; GET /healthz, "
                     "/readyz, /metrics (Prometheus), /docs and /openapi.json. Concurrent requests are merged into "
                     "micro-batches (bounded queue; 503 + Retry-After when full). Binds 127.0.0.1 unless --host says "
-                    "otherwise. Ctrl-C / SIGTERM finishes in-flight requests before exiting.",
+                    "otherwise. Ctrl-C / SIGTERM finishes in-flight requests before exiting. With --ray the same app "
+                    "runs as Ray Serve replicas (local Ray instance, or --address of a cluster).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--classifier", metavar="DIR", help="ONNX classifier bundle (`denki export` output)")
     p.add_argument("--qa", metavar="DIR", help="ONNX QA bundle")
@@ -40,25 +41,46 @@ def register(sub) -> None:
     lim.add_argument("--retry-after", type=int, default=1, help="Retry-After seconds on 503")
     lim.add_argument("--shutdown-timeout", type=float, default=30.0,
                      help="seconds to finish in-flight requests at shutdown")
+    r = p.add_argument_group("scale-out on Ray Serve (optional extra: pip install -e '.[ray]')")
+    r.add_argument("--ray", action="store_true",
+                   help="deploy the same app through Ray Serve: replicas each hold the ONNX predictors")
+    r.add_argument("--num-replicas", type=int, default=1, help="replicas (Ray actors) of the app")
+    r.add_argument("--replica-cpus", type=float, default=1.0,
+                   help="CPUs reserved per replica (fractions allowed; also its onnxruntime threads, ≥1)")
+    r.add_argument("--replica-gpus", type=float, default=0.0,
+                   help="GPUs per replica (e.g. 0.5 packs two replicas on one GPU; implies --device cuda)")
+    r.add_argument("--address", default=None,
+                   help="join an existing Ray cluster (auto, HOST:6379 or ray://HOST:10001) instead of starting a "
+                        "private local instance; bundle paths must be readable on every node")
+    r.add_argument("--ray-temp-dir", default=None, metavar="DIR",
+                   help="temp dir of the local Ray instance (default: a fresh /tmp/denki-ray-*)")
+    r.add_argument("--detach", action="store_true",
+                   help="with --address: leave the application running on the cluster and return")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action="store_true", help="log every request (costs throughput)")
     p.set_defaults(func=cmd_serve)
 
 
+def _settings(args):
+    from serve.http import ServerSettings
+
+    return ServerSettings(batching=not args.no_batching, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                          max_queue=args.max_queue, max_texts=args.max_texts, max_text_chars=args.max_text_chars,
+                          max_pairs=args.max_pairs, max_context_chars=args.max_context_chars,
+                          max_body_bytes=args.max_body_bytes, retry_after_s=args.retry_after,
+                          shutdown_timeout_s=args.shutdown_timeout)
+
+
 def build_app(args):
     """Load the predictors and build the app (separate from uvicorn so tests and benchmarks can reuse it)."""
-    from serve.http import ServerSettings, create_app
+    from serve.http import create_app
     from serve.runtime import Predictor
 
     from models.errors import DenkiError
 
     if not args.classifier and not args.qa:
         raise DenkiError("give --classifier DIR and/or --qa DIR (ONNX bundles from `denki export`)")
-    settings = ServerSettings(batching=not args.no_batching, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-                              max_queue=args.max_queue, max_texts=args.max_texts, max_text_chars=args.max_text_chars,
-                              max_pairs=args.max_pairs, max_context_chars=args.max_context_chars,
-                              max_body_bytes=args.max_body_bytes, retry_after_s=args.retry_after,
-                              shutdown_timeout_s=args.shutdown_timeout)
+    settings = _settings(args)
     kw = dict(backend=args.backend, device=args.device, threads=args.threads)
     cls = Predictor(args.classifier, **kw) if args.classifier else None
     qa = Predictor(args.qa, **kw) if args.qa else None
@@ -74,6 +96,16 @@ def cmd_serve(args) -> int:
     if args.host not in LOOPBACK:
         print(f"denki serve: binding {args.host} — the API has no authentication; put it behind a firewall or a "
               f"reverse proxy (README 'Serving in production')", file=sys.stderr)
+    if args.ray:
+        from serve.ray_serve import build_application, run_ray_serve
+        from serve.ray_setup import import_ray
+
+        import_ray()  # a clear error when the extra is missing, before anything is loaded
+        app = build_application(args.classifier, args.qa, _settings(args), backend=args.backend, device=args.device,
+                                threads=args.threads, num_replicas=args.num_replicas, replica_cpus=args.replica_cpus,
+                                replica_gpus=args.replica_gpus)
+        return run_ray_serve(app, host=args.host, port=args.port, address=args.address,
+                             temp_dir=args.ray_temp_dir, detach=args.detach)
     app = build_app(args)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
                 limit_concurrency=args.max_connections, timeout_graceful_shutdown=args.shutdown_timeout,

@@ -19,7 +19,8 @@ def register(sub) -> None:
     p.add_argument("--corpus", nargs="+", metavar="FILE", help="corpus files (.txt or .txt.gz)")
     p.add_argument("--tokenizer", metavar="DIR", help="tokenizer directory (denki tokenizer train)")
     p.add_argument("--size", choices=("tiny", "small", "base"), default="tiny")
-    p.add_argument("--objective", choices=("electra", "mlm"), default="electra")
+    p.add_argument("--objective", choices=("electra", "mlm", "electra15"), default="electra",
+                   help="electra15 = the paper's 'ELECTRA 15%%' ablation (disc loss on masked positions only)")
     p.add_argument("--out", metavar="DIR", help="run directory (checkpoints, metrics, bundle)")
     p.add_argument("--max-flops", type=float, default=None, metavar="F",
                    help="stop when cumulative training FLOPs reach F (e.g. 3.5e13)")

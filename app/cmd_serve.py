@@ -30,11 +30,14 @@ def register(sub) -> None:
         description="Batch-score a CSV or JSONL file (.gz allowed) with an ONNX classifier bundle. Each output row "
                     "keeps the input's fields and adds label, score and route (route = label or 'human'). Rows "
                     "that cannot be scored go to the errors file with line number and reason; output rows + "
-                    "error rows = input rows. Interrupted? Re-run with --resume.",
+                    "error rows = input rows. Interrupted? Re-run with --resume. --engine ray scores many files (a glob) "
+                    "on Ray Data with a pool of actors holding the predictor, one output per input in a directory.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     c.add_argument("--model", required=True, metavar="DIR", help="ONNX classifier bundle (`denki export` output)")
-    c.add_argument("--input", required=True, metavar="FILE")
-    c.add_argument("--output", required=True, metavar="FILE", help=".jsonl or .csv (optionally .gz)")
+    c.add_argument("--input", required=True, metavar="FILE",
+                   help="input file; with --engine ray a glob ('data/*.jsonl.gz'), a directory or a file")
+    c.add_argument("--output", required=True, metavar="FILE",
+                   help=".jsonl or .csv (optionally .gz); with --engine ray a directory (one output per input)")
     c.add_argument("--text-field", default=None, help="field holding the text (default: the one used in training)")
     c.add_argument("--batch-size", type=int, default=64)
     c.add_argument("--errors", default=None, metavar="FILE", help="errors file (default: OUTPUT.errors.jsonl)")
@@ -42,6 +45,19 @@ def register(sub) -> None:
     c.add_argument("--backend", default="auto", choices=["auto", "fp32", "o2", "int8", "fp16"])
     c.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     c.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    r = c.add_argument_group("scale-out on Ray Data (optional extra: pip install -e '.[ray]')")
+    r.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help="ray: Ray Data map_batches over an actor pool (local Ray instance, or --address)")
+    r.add_argument("--actors", type=int, default=None,
+                   help="actors holding the predictor (default: as many as the cluster's CPUs/GPUs allow)")
+    r.add_argument("--cpus-per-actor", type=float, default=1.0,
+                   help="CPUs per actor (fractions allowed; also its onnxruntime threads, ≥1)")
+    r.add_argument("--gpus-per-actor", type=float, default=0.0, help="GPUs per actor (implies --device cuda)")
+    r.add_argument("--id-field", default="id",
+                   help="row id kept in outputs and errors for re-joining (added as FILE:LINE when a record has "
+                        "none)")
+    r.add_argument("--address", default=None, help="existing Ray cluster (auto, HOST:6379, ray://HOST:10001)")
+    r.add_argument("--ray-temp-dir", default=None, metavar="DIR", help="temp dir of the local Ray instance")
     c.set_defaults(func=cmd_classify)
 
     b = sub.add_parser("bench", help="benchmarks (latency)", description="Benchmark commands.")
@@ -80,6 +96,25 @@ def cmd_export(args) -> int:
 def cmd_classify(args) -> int:
     from serve.batch import classify_file
 
+    if args.engine == "ray":
+        from models.errors import DenkiError
+        from serve.ray_batch import classify_files_ray
+
+        if args.resume:
+            raise DenkiError("--resume is for --engine local; --engine ray writes each output atomically when its "
+                             "file is done, so re-run the command instead")
+        if args.errors:
+            raise DenkiError("--errors is for --engine local; --engine ray writes OUTPUT_DIR/NAME.errors.jsonl "
+                             "beside each output")
+        r = classify_files_ray(args.model, args.input, args.output, text_field=args.text_field,
+                               id_field=args.id_field, batch_size=args.batch_size, actors=args.actors,
+                               cpus_per_actor=args.cpus_per_actor, gpus_per_actor=args.gpus_per_actor,
+                               backend=args.backend, device=args.device, threads=args.threads,
+                               address=args.address, temp_dir=args.ray_temp_dir)
+        print(f"classify (ray): {len(r['files'])} files, {r['rows_in']} rows in → {r['rows_out']} scored, "
+              f"{r['rows_err']} errors → {r['output_dir']} (summary.json); {r['rows_per_s']:.0f} rows/s with "
+              f"{r['actors']} actors")
+        return 0
     r = classify_file(args.model, args.input, args.output, text_field=args.text_field, batch_size=args.batch_size,
                       errors_path=args.errors, resume=args.resume, backend=args.backend, device=args.device,
                       threads=args.threads)

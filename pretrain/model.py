@@ -13,6 +13,9 @@ Losses (choices follow the official implementation; "mean" everywhere):
   included, as the official code which weights by the input mask);
 * total = mlm + λ · disc (λ = ``disc_weight``, 50 in the paper).
 
+Objective ``electra15`` is the paper's "ELECTRA 15%" ablation (Table 5): the same model, but the discriminator
+loss is averaged over the masked positions only, so it learns from 15% of the tokens as MLM does.
+
 The generator's LM head runs only on the masked positions (``(M, V)`` logits instead of ``(B·L, V)``), which is
 what makes the RTD step cheap. Replacements are drawn with the Gumbel-max trick on fp32 logits under
 ``torch.no_grad`` — no gradient flows from the discriminator into the generator, as in the paper.
@@ -38,7 +41,7 @@ class RTDPretrainer(nn.Module):
 
     objective = "electra"
 
-    def __init__(self, disc_config, gen_config, disc_weight: float = 50.0):
+    def __init__(self, disc_config, gen_config, disc_weight: float = 50.0, masked_only: bool = False):
         super().__init__()
         from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
@@ -49,6 +52,8 @@ class RTDPretrainer(nn.Module):
         # ... and tie the generator's output layer to the shared token embeddings
         self.generator.generator_lm_head.weight = self.discriminator.electra.embeddings.word_embeddings.weight
         self.disc_weight = float(disc_weight)
+        self.masked_only = bool(masked_only)  # "ELECTRA 15%": disc loss on the masked positions only
+        self.objective = "electra15" if masked_only else "electra"
         self.sampler = gumbel_sample  # replaceable in tests
 
     @property
@@ -75,7 +80,8 @@ class RTDPretrainer(nn.Module):
         hidden = self.discriminator.electra(input_ids=disc_input, attention_mask=attention_mask).last_hidden_state
         disc_logits = self.discriminator.discriminator_predictions(hidden)  # (B, L)
         per_tok = F.binary_cross_entropy_with_logits(disc_logits.float(), labels.float(), reduction="none")
-        disc_loss = (per_tok * nonpad).sum() / nonpad.sum()
+        scored = positions if self.masked_only else nonpad  # (B, L) bool: tokens the disc loss averages over
+        disc_loss = (per_tok * scored).sum() / scored.sum().clamp(min=1)
         loss = mlm_loss + self.disc_weight * disc_loss
         with torch.no_grad():
             pred = (disc_logits > 0) & nonpad
@@ -115,9 +121,14 @@ class MLMPretrainer(nn.Module):
         return {"loss": loss, "mlm_loss": loss.detach(), **stats}
 
 
+#: objectives with a generator + discriminator (replaced-token detection)
+RTD_OBJECTIVES = ("electra", "electra15")
+OBJECTIVES = (*RTD_OBJECTIVES, "mlm")
+
+
 def build_pretrainer(objective: str, disc_config, gen_config=None, disc_weight: float = 50.0) -> nn.Module:
-    if objective == "electra":
-        return RTDPretrainer(disc_config, gen_config, disc_weight)
+    if objective in RTD_OBJECTIVES:
+        return RTDPretrainer(disc_config, gen_config, disc_weight, masked_only=objective == "electra15")
     if objective == "mlm":
         return MLMPretrainer(disc_config)
     raise ValueError(f"unknown objective {objective!r}")

@@ -33,7 +33,7 @@ from . import checkpoint as ck
 from .data import PackedSequences, build_token_cache, file_sha256
 from .flops import expected_masked, step_flops
 from .masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
-from .model import build_pretrainer
+from .model import OBJECTIVES, RTD_OBJECTIVES, build_pretrainer
 
 DEFAULT_LR = {"tiny": 1e-3, "small": 5e-4, "base": 2e-4}
 # settings that define a run: changing any of them on resume is an error
@@ -126,9 +126,9 @@ def plan_steps(cfg: PretrainConfig, disc_cfg, gen_cfg, world: int) -> int:
 def _identity(cfg: PretrainConfig, shas: list[str], tok_fp: str, world: int, lr: float, warmup: int | None) -> dict:
     return {"corpus_sha256": shas, "tokenizer": tok_fp, "size": cfg.size, "objective": cfg.objective,
             "batch_size": cfg.batch_size, "seq_len": cfg.seq_len, "lr": lr, "seed": cfg.seed,
-            "mask_prob": cfg.mask_prob, "gen_size": cfg.gen_size if cfg.objective == "electra" else None,
-            "disc_weight": cfg.disc_weight if cfg.objective == "electra" else None, "max_flops": cfg.max_flops,
-            "steps": cfg.steps, "warmup_steps": warmup, "weight_decay": cfg.weight_decay, "world_size": world}
+            "mask_prob": cfg.mask_prob, "gen_size": cfg.gen_size if cfg.objective in RTD_OBJECTIVES else None,
+            "disc_weight": cfg.disc_weight if cfg.objective in RTD_OBJECTIVES else None,
+            "max_flops": cfg.max_flops, "steps": cfg.steps, "warmup_steps": warmup, "weight_decay": cfg.weight_decay, "world_size": world}
 
 
 def _check_same_run(out: Path, ident: dict) -> None:
@@ -243,8 +243,8 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
 
     if cfg.size not in SIZES:
         raise DenkiError(f"unknown size {cfg.size!r}; choose one of {sorted(SIZES)}")
-    if cfg.objective not in ("electra", "mlm"):
-        raise DenkiError(f"unknown objective {cfg.objective!r}; choose electra or mlm")
+    if cfg.objective not in OBJECTIVES:
+        raise DenkiError(f"unknown objective {cfg.objective!r}; choose one of {', '.join(OBJECTIVES)}")
     if not 0 < cfg.mask_prob < 1:
         raise DenkiError("--mask-prob must be in (0, 1)")
     rank, world, device = _init_distributed(cfg.device)
@@ -280,7 +280,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     data = PackedSequences(cache, cfg.seq_len, cls_id=tok.cls_id, pad_id=tok.pad_id, seed=cfg.seed)
 
     disc_cfg = electra_config(cfg.size, tok.vocab_size, max_position_embeddings=max(512, cfg.seq_len))
-    gen_cfg = generator_config(disc_cfg, cfg.gen_size) if cfg.objective == "electra" else None
+    gen_cfg = generator_config(disc_cfg, cfg.gen_size) if cfg.objective in RTD_OBJECTIVES else None
     total_steps = plan_steps(cfg, disc_cfg, gen_cfg, world)
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else min(10000, max(1, total_steps // 10))
 
@@ -309,7 +309,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     if cfg.compile:
         train_model = torch.compile(train_model, dynamic=True)
 
-    split = ELECTRA_SPLIT if cfg.objective == "electra" else BERT_SPLIT
+    split = ELECTRA_SPLIT if cfg.objective in RTD_OBJECTIVES else BERT_SPLIT
     special = (tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id)
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else _null()
     metrics_path = out / "metrics.jsonl"
@@ -423,8 +423,8 @@ def _source(cfg: PretrainConfig, shas, tok_fp, summary) -> dict:
             "tokenizer": tok_fp, "seed": cfg.seed, "steps": summary["steps"], "tokens": summary["tokens"],
             "flops": summary["flops"], "max_flops": cfg.max_flops, "batch_size": cfg.batch_size,
             "seq_len": cfg.seq_len, "mask_prob": cfg.mask_prob,
-            "gen_size": cfg.gen_size if cfg.objective == "electra" else None,
-            "disc_weight": cfg.disc_weight if cfg.objective == "electra" else None,
+            "gen_size": cfg.gen_size if cfg.objective in RTD_OBJECTIVES else None,
+            "disc_weight": cfg.disc_weight if cfg.objective in RTD_OBJECTIVES else None,
             "command": command_line()}
 
 

@@ -122,6 +122,42 @@ def iter_rows(path: Path) -> Iterator[Row]:
         raise InputError("no header line (CSV needs one)", path=str(path))
 
 
+def check_text(row: Row, field: str) -> str | None:
+    """The text to score from a parsed row, or ``None`` after setting ``row.error``/``row.raw`` (missing field,
+    not text, empty, over the runtime's limit). Shared by the local and the Ray engine: same rules, same reasons."""
+    from serve.runtime import MAX_TEXT_CHARS
+
+    if row.error is not None:
+        return None
+    value = row.record.get(field)
+    if value is None:
+        row.error, row.raw = f"missing field {field!r}", json.dumps(row.record, ensure_ascii=False)[:200]
+    elif not isinstance(value, str):
+        row.error, row.raw = f"field {field!r} is not text ({type(value).__name__})", str(value)[:200]
+    elif not value.strip():
+        row.error, row.raw = f"empty text in field {field!r}", value[:200]
+    elif len(value) > MAX_TEXT_CHARS:
+        row.error, row.raw = (f"text in field {field!r} is {len(value):,} characters "
+                              f"(limit {MAX_TEXT_CHARS:,})"), value[:200]
+    else:
+        return value
+    return None
+
+
+def output_prefix(in_fmt: str, in_header: list[str] | None, record: dict | None = None) -> str:
+    """``denki_`` when an input column/field already has one of the added names (never overwrite silently)."""
+    names = set(in_header or ()) | set(record or ())
+    return "denki_" if set(ADDED) & names else ""
+
+
+def scored_record(record: dict, result: dict, prefix: str) -> dict:
+    rec = dict(record)
+    rec[prefix + "label"] = result["label"]
+    rec[prefix + "score"] = round(float(result["score"]), 6)
+    rec[prefix + "route"] = result["route"]
+    return rec
+
+
 def csv_header(path: Path) -> list[str]:
     for _, text, _ in _decoded_lines(path):
         if text is not None and text.strip():
@@ -178,7 +214,7 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
     ``stop_after_batches`` simulates a crash after that many checkpoints (tests of ``--resume``)."""
     from tqdm.auto import tqdm
 
-    from serve.runtime import MAX_TEXT_CHARS, Predictor
+    from serve.runtime import Predictor
 
     inp, out = Path(input_path), Path(output_path)
     err = Path(errors_path) if errors_path else out.with_name(out.name.removesuffix(".gz") + ".errors.jsonl")
@@ -210,8 +246,7 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
     prefix = ""
     if in_fmt == "csv":
         in_header = csv_header(inp)
-        if set(ADDED) & set(in_header):
-            prefix = "denki_"
+        prefix = output_prefix(in_fmt, in_header)
         header = in_header + [prefix + k for k in ADDED]
     elif out_fmt == "csv":
         raise DenkiError("CSV output needs CSV input (JSONL records have no fixed columns); write .jsonl instead")
@@ -243,15 +278,8 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
                 continue
             res = results[k]
             k += 1
-            rec = dict(row.record)
-            if in_fmt == "jsonl" and not prefix and set(ADDED) & set(rec):
-                rec_prefix = "denki_"  # never overwrite an input field silently
-            else:
-                rec_prefix = prefix
-            rec[rec_prefix + "label"] = res["label"]
-            rec[rec_prefix + "score"] = round(res["score"], 6)
-            rec[rec_prefix + "route"] = res["route"]
-            w_out.write(rec)
+            rec_prefix = prefix or (output_prefix(in_fmt, None, row.record) if in_fmt == "jsonl" else "")
+            w_out.write(scored_record(row.record, res, rec_prefix))
             n_out += 1
         bar.update(len(batch))
         n_new += len(batch)
@@ -267,19 +295,9 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
             if row.end_line <= last_line:
                 continue  # done before the interruption
             last_seen = row.end_line
-            if row.error is None:
-                value = row.record.get(field)
-                if value is None:
-                    row.error, row.raw = f"missing field {field!r}", json.dumps(row.record, ensure_ascii=False)[:200]
-                elif not isinstance(value, str):
-                    row.error, row.raw = f"field {field!r} is not text ({type(value).__name__})", str(value)[:200]
-                elif not value.strip():
-                    row.error, row.raw = f"empty text in field {field!r}", value[:200]
-                elif len(value) > MAX_TEXT_CHARS:
-                    row.error, row.raw = (f"text in field {field!r} is {len(value):,} characters "
-                                          f"(limit {MAX_TEXT_CHARS:,})"), value[:200]
-                else:
-                    texts.append(value)
+            text = check_text(row, field)
+            if text is not None:
+                texts.append(text)
             batch.append(row)
             if len(texts) >= batch_size or len(batch) >= 4 * batch_size:
                 flush(last_seen)

@@ -31,7 +31,7 @@ def experiment(tmp_path_factory, tiny_tokenizer_dir):
                                                  f"{root / 'ld_dev.jsonl'}:title",
             "--task", str(qa_task), "--seeds", "1", "--epochs", "1", "--max-train", "40", "--max-dev", "30",
             "--batch-size", "8", "--seq-len", "64", "--max-length", "64", "--qa-max-length", "192",
-            "--cache-dir", str(root / "cache"), "--threads", "1", "--no-progress"]
+            "--cache-dir", str(root / "cache"), "--threads", "1", "--no-progress", "--electra15"]
     t0 = time.perf_counter()
     assert main(argv) == 0
     first = time.perf_counter() - t0
@@ -48,20 +48,22 @@ def test_report_files_and_structure(experiment):
     assert set(rep["results"]) == {"ld-title", "qa-mini"}
     assert rep["results"]["ld-title"]["metric"] == "macro_f1" and rep["results"]["qa-mini"]["metric"] == "best_f1"
     for res in rep["results"].values():
-        assert set(res["cells"]) == {"electra-2e10", "mlm-2e10", "random"}
+        assert set(res["cells"]) == {"electra-2e10", "mlm-2e10", "electra15-2e10", "random"}
         for c in res["cells"].values():
             assert c["n"] == 1 and c["min"] <= c["median"] <= c["max"]
         assert res["trivial"]["score"] >= 0 and res["trivial"]["answer"].startswith("always")
         comp = res["electra_vs_mlm"]["2e10"]
         assert comp["seed_sd_pooled"] is None and "seed noise not measured" in comp["verdict"]
+        assert "seed noise not measured" in res["electra_vs_electra15"]["2e10"]["verdict"]
     lo, hi = (0, 1), (0, 100)
     for r in rep["per_seed"]:
         rng = lo if r["task"] == "ld-title" else hi
         key = "macro_f1" if r["task"] == "ld-title" else "best_f1"
         assert rng[0] <= r[key] <= rng[1]
     md = (out / "report.md").read_text(encoding="utf-8")
-    assert "## ld-title" in md and "## qa-mini" in md and "| budget (FLOPs) | ELECTRA | MLM | random init |" in md
-    assert "Does ELECTRA win at this scale?" in md and "ELECTRA 15%" in md and "not included" in md
+    assert "## ld-title" in md and "## qa-mini" in md and "| budget (FLOPs) | ELECTRA | MLM | ELECTRA 15% | random init |" in md
+    assert "Does ELECTRA win at this scale?" in md and "## Ablation: ELECTRA 15%" in md
+    assert "ELECTRA − ELECTRA 15% =" in md
     assert "Reference: a constant answer" in md
     assert "score_vs_flops.png" in md and "Command: `" in md and rep["command"]
 
@@ -70,7 +72,7 @@ def test_rtd_diagnostics_and_equal_flops(experiment):
     out, _, _ = experiment
     rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
     rows = {r["model"]: r for r in rep["pretraining"]}
-    assert set(rows) == {"electra-2e10", "mlm-2e10"}
+    assert set(rows) == {"electra-2e10", "mlm-2e10", "electra15-2e10"}
     e, m = rows["electra-2e10"], rows["mlm-2e10"]
     for r in (e, m):  # both stop at the first step past the budget: equal compute up to one step
         assert 2e10 <= r["flops"] < 2e10 * 1.5 and r["steps"] >= 1
@@ -81,7 +83,9 @@ def test_rtd_diagnostics_and_equal_flops(experiment):
     assert e["all_original_acc"] == pytest.approx(1 - e["replace_rate"])
     assert m["disc_recall"] is None  # MLM has no discriminator
     assert rep["random_init_probe"]["cls_relative_std"] > 0
-    assert set(rep["collapse"]) == {"electra-2e10", "mlm-2e10"}
+    assert set(rep["collapse"]) == {"electra-2e10", "mlm-2e10", "electra15-2e10"}
+    e15 = rows["electra15-2e10"]  # the ablation: same generator/discriminator, same FLOPs per step as ELECTRA
+    assert e15["steps"] == e["steps"] and e15["flops"] == pytest.approx(e["flops"], rel=0.05)
     assert all(isinstance(v, bool) for f in rep["collapse"].values() for v in f.values())
 
 
@@ -93,7 +97,7 @@ def test_second_run_skips_every_stage(experiment, capsys):
     assert main(argv) == 0
     second = time.perf_counter() - t0
     text = capsys.readouterr().out
-    assert "already finished" in text and text.count("(cached)") == 6
+    assert "already finished" in text and text.count("(cached)") == 8
     assert (out / "finetune" / "random" / "ld-title" / "seed-0" / "result.json").stat().st_mtime_ns == before
     assert second < max(15.0, first / 3), (first, second)
 
@@ -125,6 +129,6 @@ def test_a_task_pointing_at_other_data_is_fine_tuned_again(experiment, capsys):
     capsys.readouterr()
     assert main([spec.replace(dev, dev2) if a == spec else a for a in argv]) == 0
     text = capsys.readouterr().out
-    assert text.count("now points at other data") == 3 and text.count("(cached)") == 3  # the QA cells stay
+    assert text.count("now points at other data") == 4 and text.count("(cached)") == 4  # the QA cells stay
     rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert all(r["data"]["dev"] == dev2 for r in rep["per_seed"] if r["task"] == "ld-title")

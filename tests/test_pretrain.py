@@ -166,6 +166,32 @@ def test_labels_sampled_equal_to_original_are_original_and_loss_is_mlm_plus_lamb
     assert int(m(ids, mk.input_ids, mk.positions, am)["n_replaced"]) == 0
 
 
+def test_electra15_disc_loss_averages_over_masked_positions_only():
+    """The paper's "ELECTRA 15%" ablation: same labels, loss over the masked positions only."""
+    import torch.nn.functional as F
+
+    from pretrain.model import build_pretrainer
+
+    torch.manual_seed(0)
+    d, g = _configs(300)
+    m = build_pretrainer("electra15", d, g, 50.0).eval()
+    assert m.objective == "electra15" and m.masked_only
+    ids, am = _batch()
+    mk = mask_tokens(ids, mask_prob=0.3, mask_id=MASK, special_ids=SPECIAL, vocab_size=300)
+    orig = ids[mk.positions]
+    fake = torch.where(orig + 1 < 300, orig + 1, torch.full_like(orig, 5))
+    m.sampler = lambda logits: fake
+    out = m(ids, mk.input_ids, mk.positions, am)
+    disc_in = ids.clone()
+    disc_in[mk.positions] = fake
+    labels = ((disc_in != ids) & am.bool()).float()
+    per = F.binary_cross_entropy_with_logits(m.discriminator(input_ids=disc_in, attention_mask=am).logits, labels,
+                                             reduction="none")
+    masked = mk.positions.float()
+    assert torch.allclose(out["disc_loss"], (per * masked).sum() / masked.sum(), atol=1e-5)
+    assert not torch.allclose(out["disc_loss"], (per * am).sum() / am.sum(), atol=1e-3)
+
+
 @pytest.mark.parametrize("objective", ["electra", "mlm"])
 def test_analytic_flops_match_flop_counter(objective):
     from torch.utils.flop_counter import FlopCounterMode
