@@ -32,12 +32,15 @@ RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "ORT_DISABLE_TELEMETRY": "1", "HF_HUB
 
 
 @pytest.fixture
-def short_tmp():
-    """Ray's Unix socket paths must stay under 107 bytes: a short temp dir instead of pytest's deep one."""
-    d = tempfile.mkdtemp(prefix="dk-ray-", dir="/tmp")
-    yield d
+def short_tmp(tmp_path_factory):
+    """The Ray instance's temp dir, inside pytest's temporary tree when that path is short enough: Ray's Unix
+    socket paths (TEMP/session_…/sockets/plasma_store) must stay under 107 bytes."""
     import shutil
 
+    d = str(tmp_path_factory.mktemp("ray"))
+    if len(d) > 40:
+        d = tempfile.mkdtemp(prefix="dk-ray-", dir="/tmp")
+    yield d
     shutil.rmtree(d, ignore_errors=True)
 
 
