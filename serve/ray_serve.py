@@ -75,8 +75,7 @@ def build_application(classifier: str | None, qa: str | None, settings, *, backe
 
 
 def run_ray_serve(app, *, host: str = "127.0.0.1", port: int = 8080, address: str | None = None,
-                  temp_dir: str | None = None, detach: bool = False, ready: threading.Event | None = None,
-                  stop: threading.Event | None = None) -> int:
+                  temp_dir: str | None = None, detach: bool = False, stop: threading.Event | None = None) -> int:
     """Deploy ``app`` (from :func:`build_application`) and block until SIGINT/SIGTERM (or ``stop`` is set),
     then delete it; a local Ray instance started here is shut down too. ``detach`` (only with ``address``)
     leaves the application running on the cluster and returns at once."""
@@ -85,6 +84,12 @@ def run_ray_serve(app, *, host: str = "127.0.0.1", port: int = 8080, address: st
     if detach and not address:
         raise DenkiError("--detach needs --address (a cluster that outlives this command)")
     ray, session = connect_ray(address, temp_dir=temp_dir)
+    stop = stop or threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        # installed before deploying: a Ctrl-C during start-up then stops cleanly once the deployment is up
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
     try:
         from ray import serve
 
@@ -93,19 +98,13 @@ def run_ray_serve(app, *, host: str = "127.0.0.1", port: int = 8080, address: st
         where = f"http://{host}:{port}"
         print(f"denki serve --ray: ready at {where} (Ray Serve application {APP_NAME!r}; "
               f"{'cluster ' + address if address else 'local Ray instance'})", flush=True)
-        if ready is not None:
-            ready.set()
         if detach:
             print(f"denki serve --ray: detached; remove it with `serve delete {APP_NAME}` or `serve shutdown`",
                   flush=True)
             return 0
-        stop = stop or threading.Event()
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, lambda *_: stop.set())
         try:
             stop.wait()
-        except KeyboardInterrupt:  # a second Ctrl-C, or one that arrived before the handler was installed
+        except KeyboardInterrupt:  # not in the main thread: no handler of ours
             pass
         print("denki serve --ray: stopping (in-flight requests finish first)", file=sys.stderr, flush=True)
         serve.delete(APP_NAME)
@@ -113,5 +112,7 @@ def run_ray_serve(app, *, host: str = "127.0.0.1", port: int = 8080, address: st
             serve.shutdown()
         return 0
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if not detach:
             session.close()
