@@ -53,6 +53,9 @@ BUILTIN_TASKS = {
 }
 
 
+QA_SPAN_METRIC = "HasAns_span_f1"  # best non-null span on answerable questions (models/qa_metrics.py)
+
+
 @dataclass
 class TaskSpec:
     name: str
@@ -333,7 +336,8 @@ def _finetune_stage(cfg: ExperimentConfig, model: Model, task: TaskSpec, seed: i
                           doc_stride=cfg.qa_doc_stride or cfg.qa_max_length // 2, seeds=1, seed=seed,
                           epochs=cfg.epochs, device=cfg.device, progress=cfg.progress, **kw)
         m = rep["seeds"][0]["dev_metrics"]
-        res = {k: m.get(k) for k in ("best_f1", "f1", "exact", "HasAns_f1", "NoAns_exact", "best_exact")}
+        res = {k: m.get(k) for k in ("best_f1", "f1", "exact", "HasAns_f1", "NoAns_exact", "best_exact",
+                                     QA_SPAN_METRIC)}
     res.update(model=model.id, task=task.name, seed=seed, seconds=time.perf_counter() - t0, data=data_src)
     if not cfg.keep_finetuned:
         shutil.rmtree(d / "bundle", ignore_errors=True)
@@ -492,12 +496,16 @@ def build_report(cfg: ExperimentConfig, models: list[Model], tasks: list[TaskSpe
     for mid, row in pre.items():
         row["cls_probe"] = probes.get(mid)
     table = {}
-    for t in tasks:
+    # QA gets a second table: the best non-null span's F1 on answerable questions (null decision off), the
+    # number that still separates encoders while every tiny model answers "no answer" to everything
+    views = [(t.name, t, t.metric) for t in tasks]
+    views += [(f"{t.name} (span F1)", t, QA_SPAN_METRIC) for t in tasks if t.kind == "qa"]
+    for name, t, metric in views:
         cells = {}
         for m in models:
-            rs = by.get((m.id, t.name), [])
+            rs = [r for r in by.get((m.id, t.name), []) if r.get(metric) is not None]
             if rs:
-                cells[m.id] = {**_stats([r[t.metric] for r in rs]), "objective": m.objective, "budget": m.budget,
+                cells[m.id] = {**_stats([r[metric] for r in rs]), "objective": m.objective, "budget": m.budget,
                                "pretrain_flops": pre[m.id]["flops"] if m.id in pre else 0.0}
         comps = {}
         for b in cfg.budgets:
@@ -509,9 +517,9 @@ def build_report(cfg: ExperimentConfig, models: list[Model], tasks: list[TaskSpe
             e, e15 = cells.get(f"electra-{budget_tag(b)}"), cells.get(f"electra15-{budget_tag(b)}")
             if e and e15:
                 abl[budget_tag(b)] = compare(e, e15)
-        table[t.name] = {"kind": t.kind, "metric": t.metric, "cells": cells, "electra_vs_mlm": comps,
-                         "electra_vs_electra15": abl,
-                         "trivial": trivial_reference(t)}
+        table[name] = {"kind": t.kind, "metric": metric, "cells": cells, "electra_vs_mlm": comps,
+                       "electra_vs_electra15": abl,
+                       "trivial": trivial_reference(t) if metric == t.metric else None}
     planned = len(models) * len(tasks) * cfg.seeds
     return {"kind": "experiment-electra-vs-mlm", "command": command_line(), "size": cfg.size,
             "finetune_runs_done": len(results), "finetune_runs_planned": planned,
@@ -624,6 +632,10 @@ def render_markdown(report: dict) -> str:
                      f"{_f(c.get('seed_sd_pooled'), nd)} | {c.get('verdict', '—')} |")
             if c:
                 verdicts.append((name, b, c))
+        if res["metric"] == QA_SPAN_METRIC:
+            L += ["", "F1 of the best non-null span on the answerable dev questions, as if the model always "
+                      "answered (the null decision switched off): it separates encoders even when all of them "
+                      "still answer \"no answer\" everywhere and the headline best_f1 equals the no-answer share."]
         if res.get("trivial"):
             L += ["", f"Reference: a constant answer ({res['trivial']['answer']}) scores "
                       f"{res['trivial']['score']:.{3 if res['metric'] == 'macro_f1' else 1}f} on this dev set."]

@@ -45,13 +45,17 @@ def test_report_files_and_structure(experiment):
     assert (out / "score_vs_flops.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert rep["budgets"] == [2e10] and rep["seeds"] == 1
-    assert set(rep["results"]) == {"ld-title", "qa-mini"}
+    assert set(rep["results"]) == {"ld-title", "qa-mini", "qa-mini (span F1)"}
     assert rep["results"]["ld-title"]["metric"] == "macro_f1" and rep["results"]["qa-mini"]["metric"] == "best_f1"
-    for res in rep["results"].values():
+    assert rep["results"]["qa-mini (span F1)"]["metric"] == "HasAns_span_f1"
+    for name, res in rep["results"].items():
         assert set(res["cells"]) == {"electra-2e10", "mlm-2e10", "electra15-2e10", "random"}
         for c in res["cells"].values():
             assert c["n"] == 1 and c["min"] <= c["median"] <= c["max"]
-        assert res["trivial"]["score"] >= 0 and res["trivial"]["answer"].startswith("always")
+        if name.endswith("(span F1)"):  # no constant-answer reference for the span view
+            assert res["trivial"] is None and all(0 <= c["median"] <= 100 for c in res["cells"].values())
+        else:
+            assert res["trivial"]["score"] >= 0 and res["trivial"]["answer"].startswith("always")
         comp = res["electra_vs_mlm"]["2e10"]
         assert comp["seed_sd_pooled"] is None and "seed noise not measured" in comp["verdict"]
         assert "seed noise not measured" in res["electra_vs_electra15"]["2e10"]["verdict"]
@@ -64,7 +68,7 @@ def test_report_files_and_structure(experiment):
     assert "## ld-title" in md and "## qa-mini" in md and "| budget (FLOPs) | ELECTRA | MLM | ELECTRA 15% | random init |" in md
     assert "Does ELECTRA win at this scale?" in md and "## Ablation: ELECTRA 15%" in md
     assert "ELECTRA − ELECTRA 15% =" in md
-    assert "Reference: a constant answer" in md
+    assert "Reference: a constant answer" in md and "## qa-mini (span F1) (qa, dev HasAns_span_f1)" in md
     assert "score_vs_flops.png" in md and "Command: `" in md and rep["command"]
 
 
