@@ -565,6 +565,9 @@ def plot_score_vs_flops(report: dict, path: Path) -> None:
             ax.axhline(res["trivial"]["score"], color="red", ls=":", lw=1, label="constant answer")
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide when the budgets are close
+        budgets = report.get("budgets") or []
+        if budgets:  # label the budgets themselves: with two close budgets a log axis may show one decade tick
+            ax.set_xticks(budgets, [f"{b:.2g}" for b in budgets])
         ax.set_xlabel("pretraining FLOPs")
         ax.set_ylabel(f"dev {res['metric']} (median over seeds)")
         ax.set_title(name)
@@ -576,6 +579,14 @@ def plot_score_vs_flops(report: dict, path: Path) -> None:
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
     os.replace(tmp, path)
+
+
+def _noise_text(c: dict) -> str:
+    if c.get("diff_over_sd") is not None:
+        return f"{c['diff_over_sd']:+.1f} seed SDs"
+    if c.get("seed_sd_pooled") == 0:
+        return "every seed gave the same score"
+    return "seed noise not measured"
 
 
 def _f(v, nd=3) -> str:
@@ -644,8 +655,7 @@ def render_markdown(report: dict) -> str:
     wins = [v for v in verdicts if v[2]["verdict"] == "ELECTRA wins"]
     losses = [v for v in verdicts if v[2]["verdict"] == "MLM wins"]
     for name, b, c in verdicts:
-        noise = (f"{c['diff_over_sd']:+.1f} seed SDs" if c.get("diff_over_sd") is not None
-                 else "seed noise not measured")
+        noise = _noise_text(c)
         L.append(f"- {name} at {b:.3g} FLOPs: ELECTRA − MLM = {c['electra_minus_mlm']:+.3g} ({noise}) → "
                  f"{c['verdict']}.")
     L += ["", (f"**ELECTRA wins (by more than 2 seed SDs) in {len(wins)} of {len(verdicts)} task×budget "
@@ -709,8 +719,7 @@ def render_markdown(report: dict) -> str:
               "ELECTRA 15% 82.4 GLUE, i.e. most of ELECTRA's gain comes from learning from all tokens).", ""]
         for name, res in report["results"].items():
             for tag, c in res.get("electra_vs_electra15", {}).items():
-                noise = (f"{c['diff_over_sd']:+.1f} seed SDs" if c.get("diff_over_sd") is not None
-                         else "seed noise not measured")
+                noise = _noise_text(c)
                 verdict = c["verdict"].replace("MLM", "ELECTRA 15%")
                 L.append(f"- {name} at {tag} FLOPs: ELECTRA − ELECTRA 15% = {c['electra_minus_mlm']:+.3g} "
                          f"({noise}) → {verdict}.")
