@@ -28,6 +28,7 @@ from pathlib import Path
 from models.errors import DenkiError, InputError
 from models.fileio import atomic_write_json, sha256_file
 from models.textio import open_binary
+from serve.runtime import MAX_TEXT_CHARS
 
 ADDED = ("label", "score", "route")
 
@@ -125,8 +126,6 @@ def iter_rows(path: Path) -> Iterator[Row]:
 def check_text(row: Row, field: str) -> str | None:
     """The text to score from a parsed row, or ``None`` after setting ``row.error``/``row.raw`` (missing field,
     not text, empty, over the runtime's limit). Shared by the local and the Ray engine: same rules, same reasons."""
-    from serve.runtime import MAX_TEXT_CHARS
-
     if row.error is not None:
         return None
     value = row.record.get(field)
@@ -144,7 +143,7 @@ def check_text(row: Row, field: str) -> str | None:
     return None
 
 
-def output_prefix(in_fmt: str, in_header: list[str] | None, record: dict | None = None) -> str:
+def output_prefix(in_header: list[str] | None, record: dict | None = None) -> str:
     """``denki_`` when an input column/field already has one of the added names (never overwrite silently)."""
     names = set(in_header or ()) | set(record or ())
     return "denki_" if set(ADDED) & names else ""
@@ -246,7 +245,7 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
     prefix = ""
     if in_fmt == "csv":
         in_header = csv_header(inp)
-        prefix = output_prefix(in_fmt, in_header)
+        prefix = output_prefix(in_header)
         header = in_header + [prefix + k for k in ADDED]
     elif out_fmt == "csv":
         raise DenkiError("CSV output needs CSV input (JSONL records have no fixed columns); write .jsonl instead")
@@ -278,7 +277,7 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
                 continue
             res = results[k]
             k += 1
-            rec_prefix = prefix or (output_prefix(in_fmt, None, row.record) if in_fmt == "jsonl" else "")
+            rec_prefix = prefix or (output_prefix(None, row.record) if in_fmt == "jsonl" else "")
             w_out.write(scored_record(row.record, res, rec_prefix))
             n_out += 1
         bar.update(len(batch))

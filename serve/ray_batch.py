@@ -25,15 +25,15 @@ import json
 import time
 from pathlib import Path
 
-from models.errors import DenkiError
+from models.errors import DenkiError, InputError
+from serve.batch import (ADDED, _finalize, _fmt, _Writer, check_text, csv_header, iter_rows, output_prefix,
+                         scored_record)
 
 READ_CPUS = 0.25
 
 
 def expand_inputs(pattern: str) -> list[Path]:
     """A glob (``data/*.jsonl.gz``, ``logs/**/*.csv``), a directory (its .jsonl/.csv files) or one file."""
-    from serve.batch import _fmt
-
     p = Path(pattern)
     if p.is_dir():
         files = sorted(f for f in p.iterdir() if f.is_file() and _is_data_name(f.name))
@@ -55,8 +55,11 @@ def expand_inputs(pattern: str) -> list[Path]:
 
 
 def _is_data_name(name: str) -> bool:
-    n = name.lower().removesuffix(".gz")
-    return n.endswith((".jsonl", ".ndjson", ".json", ".csv"))
+    try:
+        _fmt(Path(name))  # the local engine's notion of a readable file type
+    except InputError:
+        return False
+    return True
 
 
 def read_rows(item: dict, *, text_field: str, id_field: str):
@@ -64,8 +67,6 @@ def read_rows(item: dict, *, text_field: str, id_field: str):
 
     Columns (all strings but ``file_idx``/``line``, so blocks have one Arrow schema whatever the records hold):
     ``file_idx``, ``line``, ``id``, ``record`` (the record as JSON), ``text``, ``error`` ("" when fine), ``raw``."""
-    from serve.batch import check_text, iter_rows
-
     path = Path(item["path"])
     for row in iter_rows(path):
         text = check_text(row, text_field)
@@ -111,9 +112,7 @@ def _default_actors(ray, cpus_per_actor: float, gpus_per_actor: float) -> int:
 class _FileOutput:
     """The output and errors files of one input, written as partial files and renamed when complete."""
 
-    def __init__(self, inp: Path, out_dir: Path, text_field: str, id_field: str):
-        from serve.batch import ADDED, _fmt, _Writer, csv_header, output_prefix
-
+    def __init__(self, inp: Path, out_dir: Path, id_field: str):
         self.inp, self.fmt = inp, _fmt(inp)
         self.out = out_dir / inp.name
         self.err = out_dir / (inp.name.removesuffix(".gz") + ".errors.jsonl")  # as the local engine names it
@@ -124,7 +123,7 @@ class _FileOutput:
         self.add_id = True
         if self.fmt == "csv":
             in_header = csv_header(inp)
-            self.prefix = output_prefix("csv", in_header)
+            self.prefix = output_prefix(in_header)
             self.add_id = id_field not in in_header
             header = in_header + ([id_field] if self.add_id else []) + [self.prefix + k for k in ADDED]
         self.id_field = id_field
@@ -133,8 +132,6 @@ class _FileOutput:
         self.rows_out = self.rows_err = 0
 
     def write(self, row) -> None:
-        from serve.batch import output_prefix, scored_record
-
         if row.error:
             self.w_err.write({"id": row.id, "file": self.inp.name, "line": int(row.line), "reason": row.error,
                               "raw": row.raw})
@@ -143,13 +140,11 @@ class _FileOutput:
         rec = json.loads(row.record)
         if self.id_field not in rec:
             rec[self.id_field] = row.id
-        prefix = self.prefix or (output_prefix("jsonl", None, rec) if self.fmt == "jsonl" else "")
+        prefix = self.prefix or (output_prefix(None, rec) if self.fmt == "jsonl" else "")
         self.w_out.write(scored_record(rec, {"label": row.label, "score": row.score, "route": row.route}, prefix))
         self.rows_out += 1
 
     def finish(self) -> dict:
-        from serve.batch import _finalize
-
         self.w_out.sync()
         self.w_err.sync()
         self.w_out.close()
@@ -175,9 +170,9 @@ def classify_files_ray(model_dir, input_pattern: str, output_dir, *, text_field:
     named after it) on Ray Data; returns totals, per-file counts and throughput (also in ``summary.json``)."""
     from tqdm.auto import tqdm
 
+    from models.bundle import read_task
     from models.fileio import atomic_write_json
-    from serve.runtime import Predictor, resolve_onnx_bundle
-    from serve.ray_setup import connect_ray
+    from serve.ray_setup import checked_bundle, connect_ray
 
     files = expand_inputs(input_pattern)
     out_dir = Path(output_dir)
@@ -188,16 +183,12 @@ def classify_files_ray(model_dir, input_pattern: str, output_dir, *, text_field:
             raise DenkiError(f"--output {out_dir} holds the input {f.name}: its output would replace it")
     if batch_size < 1 or cpus_per_actor < 0 or gpus_per_actor < 0 or (actors is not None and actors < 1):
         raise DenkiError("--batch-size and --actors must be ≥ 1, --cpus-per-actor/--gpus-per-actor ≥ 0")
-    bundle = str(Path(resolve_onnx_bundle(model_dir)).resolve())
-    probe = Predictor(bundle, backend=backend, device="cpu", threads=1)  # checks the bundle before Ray starts
-    if probe.kind != "onnx-classifier":
-        raise DenkiError(f"--model {model_dir}: a {probe.kind} bundle, expected an ONNX classifier")
-    field = text_field or probe.task.get("text_field", "text")
-    del probe
+    bundle = checked_bundle(model_dir, "onnx-classifier")  # the actors load it; checked here before Ray starts
+    field = text_field or read_task(bundle).get("text_field", "text")
     if gpus_per_actor > 0 and device == "auto":
         device = "cuda"
     out_dir.mkdir(parents=True, exist_ok=True)
-    outputs = [_FileOutput(f, out_dir, field, id_field) for f in files]  # CSV headers checked here, up front
+    outputs = [_FileOutput(f, out_dir, id_field) for f in files]  # CSV headers checked here, up front
 
     ray, session = connect_ray(address, temp_dir=temp_dir)
     t0 = time.perf_counter()

@@ -13,26 +13,10 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from pathlib import Path
 
 from models.errors import DenkiError
 
 APP_NAME = "denki"
-
-
-def _bundle_path(path: str | None, kind: str) -> str | None:
-    """Absolute path of an ONNX bundle (replicas may run in another working directory), checked here so that
-    a wrong path fails before Ray starts."""
-    if not path:
-        return None
-    from models.bundle import read_manifest
-    from serve.runtime import resolve_onnx_bundle
-
-    p = Path(resolve_onnx_bundle(path)).resolve()
-    got = read_manifest(p).get("kind")
-    if got != kind:
-        raise DenkiError(f"{path}: a {got} bundle, expected {kind} (`denki export` output)")
-    return str(p)
 
 
 def build_application(classifier: str | None, qa: str | None, settings, *, backend: str = "auto",
@@ -41,8 +25,10 @@ def build_application(classifier: str | None, qa: str | None, settings, *, backe
     """A Ray Serve application (``Deployment.bind()``) of the denki HTTP app over the given bundles."""
     from ray import serve
 
-    cls_dir = _bundle_path(classifier, "onnx-classifier")
-    qa_dir = _bundle_path(qa, "onnx-qa")
+    from serve.ray_setup import checked_bundle
+
+    cls_dir = checked_bundle(classifier, "onnx-classifier") if classifier else None
+    qa_dir = checked_bundle(qa, "onnx-qa") if qa else None
     if cls_dir is None and qa_dir is None:
         raise DenkiError("give --classifier DIR and/or --qa DIR (ONNX bundles from `denki export`)")
     if num_replicas < 1 or replica_cpus < 0 or replica_gpus < 0:

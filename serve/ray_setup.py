@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from models.errors import DenkiError
 
@@ -32,6 +33,18 @@ WORKER_ENV = {
     "GRADIO_ANALYTICS_ENABLED": "False",
     "TOKENIZERS_PARALLELISM": "false",
 }
+
+
+def checked_bundle(path: str | os.PathLike, kind: str) -> str:
+    """Absolute path of a verified ONNX bundle of ``kind`` (files match the manifest's sha256s). Checked on the
+    driver so that a wrong path or a damaged bundle fails with a clear error before Ray starts; absolute because
+    replicas and actors may run in another working directory."""
+    from models.bundle import verify_bundle
+    from serve.runtime import resolve_onnx_bundle
+
+    p = Path(resolve_onnx_bundle(path)).resolve()
+    verify_bundle(p, kinds=(kind,))
+    return str(p)
 
 
 def import_ray():
