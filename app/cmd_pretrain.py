@@ -27,8 +27,8 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=None, help="number of optimizer steps (LR schedule length)")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per step (per process under torchrun)")
     p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: tiny 1e-3, small 5e-4, "
-                                                         "base 2e-4)")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: tiny 3e-4 for electra/electra15 "
+                                                         "and 1e-3 for mlm, small 5e-4, base 2e-4)")
     p.add_argument("--warmup-steps", type=int, default=None, help="default: 10%% of the steps (≤ 10,000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
@@ -78,6 +78,11 @@ def cmd_pretrain(args) -> int:
     if f.get("disc_acc") is not None:
         msg += (f", replace_rate {f['replace_rate']:.3f}, disc acc {f['disc_acc']:.3f} "
                 f"P {f['disc_precision']:.3f} R {f['disc_recall']:.3f}")
+    d = s.get("diagnostics") or {}
+    if d:
+        msg += f"; probe: [CLS] spread {d.get('cls_spread', 0):.4f}, mean-pooled {d.get('mean_spread', 0):.4f}"
+        if d.get("disc_auc") is not None:
+            msg += f", disc AUC {d['disc_auc']:.3f}"
     print(msg + f" → {s.get('bundle')}")
     return 0
 

@@ -4,6 +4,11 @@ tokenizer → tiny ELECTRA pretraining → routing classifier (from the pretrain
 control; the better on dev is deployed) + QA fine-tuning → ONNX export (fp32 + O2 + int8, parity gated) →
 evaluation → summary table → demo. Every stage writes under ``--out`` and is skipped when its output
 exists, so re-running is cheap. Sized to finish in ≤ 10 minutes on 2 CPU cores.
+
+The export is best effort: an O2 / int8 variant that fails its parity gate is left out (one summary line says
+which, with the measured figures, and what is served instead) rather than stopping the pipeline; `denki export`
+stays strict. Training stages use a fixed torch thread count (``--threads``, default 2) so the weights do not
+depend on the machine's core count.
 """
 from __future__ import annotations
 
@@ -35,6 +40,10 @@ def register(sub) -> None:
                    help="pretraining budget in FLOPs (generator included); ~2–3 min on 2 CPU cores")
     p.add_argument("--port", type=int, default=7860, help="demo port")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2,
+                   help="torch CPU threads for the training stages. Fixed (not the machine's core count) because "
+                        "the thread count changes float summation order and so the trained weights: with the same "
+                        "value, CPU type and versions, every run gives the same weights")
     p.set_defaults(func=cmd_quickstart)
 
 
@@ -76,10 +85,21 @@ def _latency_p50(bundle: Path, texts: list[str], n: int = 40) -> dict:
     return out
 
 
+def _pin_threads(n: int) -> None:
+    """Training stages: a fixed torch thread count (see --threads). Measured on the QA stage: 1 vs 2 threads
+    changed 79% of the weights (max |Δ| 1.4e-3); two runs with 2 threads gave identical files."""
+    import torch
+
+    torch.set_num_threads(n)
+
+
 def cmd_quickstart(args) -> int:
     from models.bundle import read_manifest
+    from models.errors import DenkiError
     from models.tokenizer import train_tokenizer
 
+    if args.threads < 1:
+        raise DenkiError("--threads must be at least 1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tok_dir, pre_dir = out / "tokenizer", out / "pretrain"
@@ -94,6 +114,8 @@ def cmd_quickstart(args) -> int:
     def pretrain():
         from pretrain.train import PretrainConfig, run_pretrain
 
+        _pin_threads(args.threads)
+
         run_pretrain(PretrainConfig(corpus=[str(CORPUS)], tokenizer=str(tok_dir), out=str(pre_dir), size="tiny",
                                     objective="electra", max_flops=args.pretrain_flops, batch_size=32, seq_len=128,
                                     seed=args.seed, device="auto", cache_dir=str(out / "cache")))
@@ -105,6 +127,8 @@ def cmd_quickstart(args) -> int:
 
     def finetune_classifier(init: str):
         from models.classify import FinetuneConfig, finetune
+
+        _pin_threads(args.threads)
 
         kw = ({"model": str(pre_dir / "bundle")} if init == "pretrained" else
               {"init_random": "tiny", "tokenizer_dir": str(tok_dir)})
@@ -126,18 +150,24 @@ def cmd_quickstart(args) -> int:
         from models.qa import finetune_qa as run
 
         run(model=str(pre_dir / "bundle"), train=str(QA[0]), dev=str(QA[1]), out=str(qa_dir), max_length=256,
-            doc_stride=64, epochs=3.0, seeds=1, seed=args.seed, batch_size=16)
+            doc_stride=64, epochs=3.0, seeds=1, seed=args.seed, batch_size=16, threads=args.threads)
 
     st.run("fine-tune QA (samples/qa_*.jsonl)", (qa_dir / "bundle" / "manifest.json").is_file(), finetune_qa)
 
     def export():
         from serve.export import export_bundle, format_parity
 
-        for src, dst in ((deployed, cls_onnx), (qa_dir, qa_onnx)):
+        for name, src, dst in (("router", deployed, cls_onnx), ("QA", qa_dir, qa_onnx)):
             if (dst / "manifest.json").is_file():
                 continue
-            man = export_bundle(src, dst, optimize="O2", quantize="int8", min_agreement=0.9, max_drop=0.03)
+            # best effort: a non-fp32 variant that fails its gate is left out (said in the summary) instead of
+            # stopping the pipeline; `denki export` stays strict
+            man = export_bundle(src, dst, optimize="O2", quantize="int8", min_agreement=0.9, max_drop=0.03,
+                                best_effort=True)
+            print(f"  {name}:")
             print(format_parity(man["metrics"]["parity"]))
+            for lo in man["metrics"].get("left_out", []):
+                print(f"  {name}: {lo['variant']} left out (parity gate: {lo['reason']})")
 
     st.run("export ONNX fp32 + O2 + int8 (parity gate)",
            (cls_onnx / "manifest.json").is_file() and (qa_onnx / "manifest.json").is_file(), export)
@@ -161,7 +191,8 @@ def cmd_quickstart(args) -> int:
         pre = json.loads((pre_dir / "summary.json").read_text(encoding="utf-8"))
         summary = {
             "pretrain": {"flops": pre.get("flops"), "steps": pre.get("steps"), "tokens": pre.get("tokens"),
-                         "wall_s": pre.get("wall_s"), "final": pre.get("final")},
+                         "wall_s": pre.get("wall_s"), "final": pre.get("final"),
+                         "diagnostics": pre.get("diagnostics"), "health_warning": pre.get("health_warning")},
             "routing": {"onnx_backend": fn.predictor.backend, "onnx": _pick(cls_onnx_metrics),
                         "deployed": "pretrained" if deployed == cls_dir else "random-init control",
                         "pytorch": _pick(cls_report.get("dev", {})),
@@ -175,6 +206,9 @@ def cmd_quickstart(args) -> int:
             "latency_p50_ms_batch1": _latency_p50(cls_onnx, dev.texts),
             "parity": {"classifier": read_manifest(cls_onnx)["metrics"]["parity"],
                        "qa": read_manifest(qa_onnx)["metrics"]["parity"]},
+            # variants the export left out because they failed their parity gate (best effort; see export())
+            "left_out": {"classifier": read_manifest(cls_onnx)["metrics"].get("left_out", []),
+                         "qa": read_manifest(qa_onnx)["metrics"].get("left_out", [])},
         }
         from models.fileio import atomic_write_json
 
@@ -202,6 +236,15 @@ def _pick(m: dict) -> dict:
     return {k: m.get(k) for k in ("accuracy", "macro_f1", "abstain_rate", "accuracy_non_abstained") if k in m}
 
 
+def _health(p: dict) -> str:
+    """The pretraining health probe in the summary row (models/pretrain_health.py: the same test finetune uses)."""
+    d = p.get("diagnostics") or {}
+    if not d:
+        return ""
+    txt = f"; probe: disc AUC {d.get('disc_auc', float('nan')):.2f}, [CLS] spread {d.get('cls_spread', 0):.3f}"
+    return txt + (" — NOT LEARNED: expect worse than random init" if p.get("health_warning") else " (learning)")
+
+
 def format_summary(s: dict, out: Path, seconds: float) -> str:
     def f(x, pct=False):
         if x is None:
@@ -218,7 +261,8 @@ def format_summary(s: dict, out: Path, seconds: float) -> str:
         "|---|---|",
         f"| pretraining (tiny ELECTRA) | {p['flops'] / 1e12:.1f} TFLOPs, {p['steps']} steps, {p['tokens']:,} tokens, "
         f"{(p.get('wall_s') or 0) / 60:.1f} min; gen acc {f(fin.get('gen_acc'), True)}%, "
-        f"disc P/R {f(fin.get('disc_precision'), True)}/{f(fin.get('disc_recall'), True)}% |",
+        f"disc P/R {f(fin.get('disc_precision'), True)}/{f(fin.get('disc_recall'), True)}%"
+        + _health(p) + " |",
         f"| routing, dev accuracy / macro-F1 | from tiny ELECTRA: {f(r['pytorch'].get('accuracy'), True)} / "
         f"{f(r['pytorch'].get('macro_f1'), True)} · from random init: "
         f"{f(r['pytorch_random_init'].get('accuracy'), True)} / {f(r['pytorch_random_init'].get('macro_f1'), True)}"
@@ -233,6 +277,14 @@ def format_summary(s: dict, out: Path, seconds: float) -> str:
         f"{f(q['pytorch'].get('exact'))} / {f(q['pytorch'].get('f1'))} |",
         "| routing latency p50, batch 1 (ms) | " +
         ", ".join(f"{b} {v:.2f}" for b, v in s["latency_p50_ms_batch1"].items()) + " |",
+    ]
+    served = {"classifier": ("router", r["onnx_backend"]), "qa": ("QA", q["onnx_backend"])}
+    for part, items in (s.get("left_out") or {}).items():
+        name, backend = served[part]
+        for lo in items:
+            lines.append(f"| {name} ONNX {lo['variant']}: left out | failed its parity gate ({lo['reason']}); "
+                         f"the {name} is served with ONNX {backend} instead |")
+    lines += [
         "",
         "Tiny model, tiny budget: expect the TF-IDF baseline to win here; see docs/results.md for larger runs.",
     ]

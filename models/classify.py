@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from .classify_eval import evaluate_bundle as evaluate  # noqa: F401  (torch-free; re-exported here)
 from .classify_eval import resolve_bundle
+from .pretrain_health import warn_if_unlearned
 from .errors import DenkiError
 
 DEFAULT_LR_SMALL = 3e-4  # ELECTRA-Small / tiny (paper, Table 7); 1e-4 underfits tiny encoders badly (DESIGN.md)
@@ -295,6 +296,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     out = Path(out_dir)
     t_start = time.perf_counter()
     parent = None
+    health_warning = None
     if model is not None:
         model = str(resolve_bundle(model))
         parent = read_manifest(model)  # clear error for a wrong path before reading data
@@ -302,6 +304,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
             raise DenkiError(f"{model}: bundle kind is {parent.get('kind')!r}; fine-tuning needs a 'pretrained' "
                              "(or 'classifier') PyTorch bundle")
         tokenizer_dir = model
+        health_warning = warn_if_unlearned(parent)
         if cfg.epochs == 0:
             cfg_labels = _bundle_labels(model)
             if parent.get("kind") != "classifier" or cfg_labels is None:
@@ -437,6 +440,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
         "task": task,
         "min_recall_cost": offsets_cost(dev_logits, dev_gold, offsets, labels) if min_recall else None,
         "baseline": base,
+        "pretrained_health_warning": health_warning,
         "training_seconds": float(sum(r["seconds"] for r in runs)),
         "total_seconds": float(time.perf_counter() - t_start),
         "bundle": str(out / "bundle"),

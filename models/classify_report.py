@@ -68,6 +68,8 @@ def _markdown(r: dict) -> str:
              f"`{task['decision_rule']}`", "",
              f"- temperature T = {task['temperature']:.3f}: NLL {_f(dev['nll_uncalibrated'])} → {_f(dev['nll'])}, "
              f"ECE {_f(dev['ece_uncalibrated'])} → {_f(dev['ece'])} (`reliability.png`)"]
+    if r.get("pretrained_health_warning"):
+        lines[2:2] = [f"**Warning:** {r['pretrained_health_warning']}", ""]
     ab = task["abstention"]
     if ab["mode"] == "none":
         lines.append("- abstention: none requested (threshold 0); see `coverage.png` for what a threshold would buy")

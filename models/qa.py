@@ -28,6 +28,10 @@ from .qa_postprocess import NO_SPAN, apply_threshold, postprocess_predictions
 TASK_FORMAT = 1
 PARITY_SAMPLE = "parity_sample.json"
 PARITY_SAMPLE_SIZE = 100
+# The stored null threshold sits in the middle of the gap between the two dev score differences around the best
+# switch point, not on a dev question's own score (the official best_f1_thresh): decisions keep a margin, so the
+# rounding differences of ONNX / another CPU / int8 do not flip them (docs/qa.md, "Null threshold").
+THRESHOLD_AT = "midpoint"
 
 
 def jsonable(x):
@@ -261,13 +265,18 @@ def write_report(out_dir: Path, report: dict, examples: list[QAExample], results
              f"dev: `{report['data']['dev']['path']}` ({report['data']['dev']['examples']} questions)  ",
              f"Settings: {json.dumps(report['settings'], ensure_ascii=False)}", "",
              "## Dev metrics (kept seed)", "",
-             "The null threshold is tuned on this same dev set (SQuAD 2.0 `best_f1_thresh`), so the tuned column is "
-             "optimistic by construction; evaluate on another file for an unbiased number.", "",
+             "The null threshold is tuned on this same dev set (SQuAD 2.0 `best_f1_thresh`, placed in the middle of "
+             "the gap between neighbouring score differences), so the tuned column is optimistic by construction; "
+             "evaluate on another file for an unbiased number.", "",
              "| metric | threshold 0 (untuned, HF default) | tuned threshold |", "|---|---:|---:|"]
     for k in _METRIC_ROWS:
         lines.append(f"| {k} | {_fmt(m_0.get(k))} | {_fmt(m_t.get(k))} |")
     lines += ["", f"NoAns accuracy (= NoAns_exact) at the tuned threshold: {_fmt(m_t.get('NoAns_exact'))} %.  ",
-              f"Chosen null threshold: **{thr:.4f}**, null rule `{report['null_rule']}` (stored in `task.json`).",
+              f"Chosen null threshold: **{thr:.4f}**, null rule `{report['null_rule']}` (stored in `task.json`); "
+              f"margin to the nearest dev score difference {_fmt(report.get('null_threshold_margin'))}, "
+              f"{_fmt(report.get('dev_within_0_1_of_threshold'))} of {m_t.get('total')} dev questions within 0.1 "
+              "of it (a small margin with many questions near it means decisions flip under int8 or other "
+              "rounding).",
               ""]
     kept = next(s for s in report["seeds"] if s["seed"] == report["kept_seed"])
     if len(kept.get("dev_metrics_by_null_rule", {})) > 1:
@@ -323,6 +332,7 @@ def finetune_qa(*, model: str, train: str, dev: str, out: str, max_length: int =
     import torch
 
     from .bundle import command_line, read_manifest
+    from .pretrain_health import warn_if_unlearned
     from .bundle_torch import save_bundle
     from .tokenizer import JapaneseTokenizer
     from .training import median_index, pick_device
@@ -333,7 +343,7 @@ def finetune_qa(*, model: str, train: str, dev: str, out: str, max_length: int =
         raise DenkiError("--seeds must be at least 1")
     if max_answer_length < 1:
         raise DenkiError("--max-answer-length must be at least 1")
-    read_manifest(model)  # clear error for a non-bundle before the slow part
+    health_warning = warn_if_unlearned(read_manifest(model))  # also: a clear error for a non-bundle, early
     dev_t = pick_device(device)
     tok = JapaneseTokenizer.load(model)
     train_data: QAData = read_qa(train, strict=strict)
@@ -360,7 +370,7 @@ def finetune_qa(*, model: str, train: str, dev: str, out: str, max_length: int =
         by_rule = {}
         for rule in rules:
             rr = dict(zip(res.keys(), apply_threshold(list(res.values()), 0.0, rule)))
-            by_rule[rule] = (squad_v2_metrics(golds, rr), rr)
+            by_rule[rule] = (squad_v2_metrics(golds, rr, threshold_at=THRESHOLD_AT), rr)
         rule = max(rules, key=lambda r: by_rule[r][0]["best_f1"])  # ties → the first (plain [CLS])
         info["null_rule"] = rule
         info["dev_metrics"] = by_rule[rule][0]
@@ -371,8 +381,11 @@ def finetune_qa(*, model: str, train: str, dev: str, out: str, max_length: int =
     best_model, res0 = states[keep]
     null_rule = runs[keep]["null_rule"]
     thr = float(runs[keep]["dev_metrics"]["best_f1_thresh"])
+    fin = np.array([r["null_score_diff"] for r in res0.values() if math.isfinite(r["null_score_diff"])])
+    margin = float(np.abs(fin - thr).min()) if len(fin) else None
+    near = int((np.abs(fin - thr) <= 0.1).sum())
     res_t = dict(zip(res0.keys(), apply_threshold(list(res0.values()), thr)))
-    m_t = squad_v2_metrics(golds, res_t)
+    m_t = squad_v2_metrics(golds, res_t, threshold_at=THRESHOLD_AT)
     m_0 = runs[keep]["dev_metrics"]
     settings = {"max_length": max_length, "doc_stride": doc_stride, "max_answer_length": max_answer_length,
                 "n_best": n_best, "epochs": epochs, "lr": lr, "batch_size": batch_size, "warmup_ratio": warmup_ratio,
@@ -405,7 +418,9 @@ def finetune_qa(*, model: str, train: str, dev: str, out: str, max_length: int =
                 extra_files={"task.json": task, PARITY_SAMPLE: {"format": 1, "examples": jsonable(parity)}})
     bf = [r["dev_metrics"]["best_f1"] for r in runs]
     report = {"kind": "qa-finetune", "source": {"pretrained": str(model)}, "command": command_line(),
-              "settings": settings, "null_threshold": thr, "null_rule": null_rule, "kept_seed": runs[keep]["seed"],
+              "pretrained_health_warning": health_warning,
+              "settings": settings, "null_threshold": thr, "null_threshold_margin": margin,
+              "dev_within_0_1_of_threshold": near, "null_rule": null_rule, "kept_seed": runs[keep]["seed"],
               "dev_metrics": m_t, "dev_metrics_threshold0": m_0,
               "best_f1_mean": float(np.mean(bf)), "best_f1_sd": float(np.std(bf, ddof=1)) if len(bf) > 1 else 0.0,
               "seeds": runs,
@@ -451,7 +466,7 @@ def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predic
     res = predict_results(m, feats, tok, n_best=task.get("n_best", 20), max_answer_length=task["max_answer_length"],
                           null_threshold=thr, null_rule=task.get("null_rule", "cls"), batch_size=batch_size,
                           progress=progress)
-    metrics = squad_v2_metrics(golds_of(feats.examples), res)
+    metrics = squad_v2_metrics(golds_of(feats.examples), res, threshold_at=THRESHOLD_AT)
     metrics["null_threshold"] = thr
     metrics["null_rule"] = task.get("null_rule", "cls")
     out = {**metrics, "model": str(model), "data": str(data), "data_summary": qd.summary(),

@@ -62,25 +62,45 @@ def max_over_golds(prediction: str, answers: Sequence[str]) -> tuple[int, float]
     return max(exact_score(prediction, g) for g in golds), max(f1_score(prediction, g) for g in golds)
 
 
+THRESHOLD_AT = ("sample", "midpoint")
+END_MARGIN = 1.0  # where "answer nothing" / "answer everything" wins: this far beyond the lowest / highest diff
+
+
 def best_threshold(na_scores: Mapping[str, float], span_scores: Mapping[str, float],
-                   span_nonempty: Mapping[str, bool], has_ans: Mapping[str, bool]) -> tuple[float, float]:
+                   span_nonempty: Mapping[str, bool], has_ans: Mapping[str, bool], *,
+                   at: str = "sample") -> tuple[float, float]:
     """The SQuAD 2.0 ``find_best_thresh``: the null threshold maximising the mean score.
 
     ``na_scores[qid]`` = ``null_score_diff`` (no answer iff it is > threshold); ``span_scores[qid]`` = EM or
     F1 of the best non-null span against the golds; ``span_nonempty[qid]`` = a span exists. Starting from "no
     answer everywhere", questions are switched to "answer" in increasing ``na_scores``; ties are switched
     together (so the returned threshold reproduces the returned score exactly under the ``>`` rule, unlike the
-    official script, which may split ties). Returns ``(best score in percent, threshold)``; when answering
-    nothing is best the threshold is set just below the smallest ``na_score``.
+    official script, which may split ties). Returns ``(best score in percent, threshold)``.
+
+    Every threshold from the best question's score up to (not including) the next higher score gives the same
+    score; ``at`` says which one is returned:
+
+    * ``"sample"`` (the official script's choice): the score of the last question switched to "answer". That
+      question sits exactly on the threshold — zero margin — so any numeric change of its score (another CPU,
+      ONNX, int8) can flip its decision.
+    * ``"midpoint"`` (what ``denki finetune qa`` stores): the middle of the gap to the next higher score, the
+      threshold with the largest margin to both neighbours; where several switch points reach the best score,
+      the one with the widest gap (ties → the lowest).
+
+    When answering nothing is best the threshold is :data:`END_MARGIN` below the smallest score (both modes);
+    with ``"midpoint"``, when answering everything is best, it is :data:`END_MARGIN` above the largest.
     """
+    if at not in THRESHOLD_AT:
+        raise ValueError(f"at must be one of {THRESHOLD_AT}")
     qids = list(na_scores)
     if not qids:
         return 0.0, 0.0
-    cur = best = sum(1 for q in qids if not has_ans[q])
-    finite = [na_scores[q] for q in qids if math.isfinite(na_scores[q])]
-    best_t = (min(finite) - 1.0) if finite else 0.0
+    cur = sum(1 for q in qids if not has_ans[q])
+    finite = sorted({na_scores[q] for q in qids if math.isfinite(na_scores[q])})
+    # candidates: (score after switching every question up to this switch point, threshold, margin)
+    cands = [(cur, (finite[0] - END_MARGIN) if finite else 0.0, END_MARGIN)]
     order = sorted(qids, key=lambda q: na_scores[q])
-    i = 0
+    i = k = 0
     while i < len(order):
         t = na_scores[order[i]]
         if not math.isfinite(t):
@@ -93,16 +113,30 @@ def best_threshold(na_scores: Mapping[str, float], span_scores: Mapping[str, flo
             elif span_nonempty[q]:
                 cur -= 1
             j += 1
-        if cur > best:
-            best, best_t = cur, t
-        i = j
-    return 100.0 * best / len(qids), float(best_t)
+        nxt = finite[k + 1] if k + 1 < len(finite) else None
+        if at == "sample":
+            cands.append((cur, t, 0.0))
+        elif nxt is None:
+            cands.append((cur, t + END_MARGIN, END_MARGIN))
+        else:
+            cands.append((cur, t + (nxt - t) / 2, (nxt - t) / 2))
+        i, k = j, k + 1
+    best = max(c[0] for c in cands)
+    if at == "sample":  # the first switch point reaching the best score, as the official script
+        score, thresh, _ = next(c for c in cands if c[0] == best)
+    else:  # the widest gap among the switch points reaching it (summation rounding aside); ties → the lowest
+        top = [c for c in cands if c[0] >= best - 1e-9]
+        score, thresh, _ = max(top, key=lambda c: (c[2], -c[1]))
+    return 100.0 * score / len(qids), float(thresh)
 
 
-def squad_v2_metrics(golds: Mapping[str, Sequence[str]], results: Mapping[str, dict]) -> dict:
+def squad_v2_metrics(golds: Mapping[str, Sequence[str]], results: Mapping[str, dict], *,
+                     threshold_at: str = "sample") -> dict:
     """Official-style metrics. ``golds[qid]`` = reference answer texts (empty list = unanswerable);
     ``results[qid]`` = a :func:`models.qa_postprocess.postprocess_question` result (``answer`` is the decided
-    prediction, ``span_answer``/``null_score_diff`` feed the best-threshold search)."""
+    prediction, ``span_answer``/``null_score_diff`` feed the best-threshold search). ``threshold_at``: which of
+    the equally good thresholds ``best_exact_thresh`` / ``best_f1_thresh`` report (see :func:`best_threshold`;
+    ``best_exact`` / ``best_f1`` do not depend on it)."""
     exact, f1, span_em, span_f1, has_ans, na, nonempty = {}, {}, {}, {}, {}, {}, {}
     for q, answers in golds.items():
         r = results[q]
@@ -127,8 +161,8 @@ def squad_v2_metrics(golds: Mapping[str, Sequence[str]], results: Mapping[str, d
     if no:
         out.update(NoAns_exact=100.0 * sum(exact[q] for q in no) / len(no),
                    NoAns_f1=100.0 * sum(f1[q] for q in no) / len(no), NoAns_total=len(no))
-    be, bet = best_threshold(na, span_em, nonempty, has_ans)
-    bf, bft = best_threshold(na, span_f1, nonempty, has_ans)
+    be, bet = best_threshold(na, span_em, nonempty, has_ans, at=threshold_at)
+    bf, bft = best_threshold(na, span_f1, nonempty, has_ans, at=threshold_at)
     out.update(best_exact=be, best_exact_thresh=bet, best_f1=bf, best_f1_thresh=bft)
     return out
 

@@ -44,7 +44,7 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
 
     from .checkpoint import load_checkpoint, read_state
     from .model import build_pretrainer
-    from .train import _bundle_metrics, read_metrics
+    from .train import _bundle_metrics, _last_diagnostics, read_metrics
 
     ckpt = _resolve_checkpoint(Path(checkpoint))
     run_dir = ckpt.parent.parent
@@ -61,7 +61,7 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
     rows = [r for r in read_metrics(run_dir) if r["step"] <= state["step"]]
     ident = state.get("identity", {})
     summary = {"steps": state["step"], "tokens": state["tokens"], "flops": state["flops"], "wall_s": state["wall_s"],
-               "final": rows[-1] if rows else {}}
+               "final": rows[-1] if rows else {}, "diagnostics": _last_diagnostics(rows)}
     from models.bundle import command_line
 
     source = {"objective": mc["objective"], "size": ident.get("size"), "checkpoint": str(ckpt),

@@ -30,12 +30,25 @@ from models.errors import DenkiError
 from models.fileio import atomic_write_json, atomic_write_text
 
 from . import checkpoint as ck
+from models.pretrain_health import verdict
+
 from .data import PackedSequences, build_token_cache, file_sha256
+from .diagnostics import probe_batch, run_probe
 from .flops import expected_masked, step_flops
 from .masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
 from .model import OBJECTIVES, RTD_OBJECTIVES, build_pretrainer
 
 DEFAULT_LR = {"tiny": 1e-3, "small": 5e-4, "base": 2e-4}
+#: replaced-token detection at size tiny: 1e-3 collapses the discriminator at CPU budgets, 3e-4 (with the prior
+#: bias init of model.RTDPretrainer) learns (docs/results.md, "Pretraining that pays off"); MLM keeps 1e-3
+DEFAULT_LR_RTD = {"tiny": 3e-4}
+
+
+def default_lr(size: str, objective: str) -> float:
+    """The peak LR a run gets without ``--lr`` (per size; per objective where measurements differ)."""
+    if objective in RTD_OBJECTIVES and size in DEFAULT_LR_RTD:
+        return DEFAULT_LR_RTD[size]
+    return DEFAULT_LR[size]
 # settings that define a run: changing any of them on resume is an error
 IDENTITY_KEYS = ("corpus_sha256", "tokenizer", "size", "objective", "batch_size", "seq_len", "lr", "seed",
                  "mask_prob", "gen_size", "disc_weight", "max_flops", "steps", "warmup_steps", "weight_decay",
@@ -143,6 +156,7 @@ def _check_same_run(out: Path, ident: dict) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ metrics
+DIAG_KEYS = ("cls_spread", "mean_spread", "disc_auc", "probe_replace_rate")
 _SUM_KEYS = ("n_masked", "gen_correct", "n_nonpad", "n_replaced", "disc_correct", "disc_tp", "disc_pred_pos")
 
 
@@ -212,6 +226,9 @@ def plot_curves(rows: list[dict], path: str | os.PathLike, title: str = "") -> N
             ax.plot(x, [r[k] for r in rows], label=k)
         # the trivial "everything is original" answer, for scale
         ax.plot(x, [1 - r["replace_rate"] for r in rows], "k:", label="acc of 'all original'")
+        probed = [r for r in rows if r.get("disc_auc") is not None]
+        if probed:
+            ax.plot([r["flops"] for r in probed], [r["disc_auc"] for r in probed], "o-", label="AUC (probe)")
     ax.set_title("discriminator (replaced = positive)")
     for a in axes.flat:
         a.set_xlabel("training FLOPs")
@@ -252,7 +269,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     out = Path(cfg.out)
     tok = JapaneseTokenizer.load(cfg.tokenizer)
     shas = [file_sha256(p) for p in cfg.corpus]
-    lr = cfg.lr if cfg.lr is not None else DEFAULT_LR[cfg.size]
+    lr = cfg.lr if cfg.lr is not None else default_lr(cfg.size, cfg.objective)
     ident = _identity(cfg, shas, tok.fingerprint(), world, lr, cfg.warmup_steps)
     _check_same_run(out, ident)
 
@@ -285,7 +302,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else min(10000, max(1, total_steps // 10))
 
     set_seed(cfg.seed)
-    model = build_pretrainer(cfg.objective, disc_cfg, gen_cfg, cfg.disc_weight).to(device)
+    model = build_pretrainer(cfg.objective, disc_cfg, gen_cfg, cfg.disc_weight, cfg.mask_prob).to(device)
     optimizer = build_optimizer(model, lr, weight_decay=cfg.weight_decay, fused=device.type == "cuda")
     scheduler = warmup_linear_schedule(optimizer, warmup, total_steps)
     model_config = {"disc": disc_cfg.to_dict(), "gen": gen_cfg.to_dict() if gen_cfg else None,
@@ -311,6 +328,14 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
 
     split = ELECTRA_SPLIT if cfg.objective in RTD_OBJECTIVES else BERT_SPLIT
     special = (tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id)
+
+    def mask_fn(x):
+        return mask_tokens(x, mask_prob=cfg.mask_prob, mask_id=tok.mask_id, special_ids=special,
+                           vocab_size=tok.vocab_size, split=split)
+
+    # health probe (pretrain/diagnostics.py): fixed batch, run at every checkpoint and at the end
+    probe_ids = probe_batch(data).to(device)
+    last_diag = None
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else _null()
     metrics_path = out / "metrics.jsonl"
 
@@ -336,8 +361,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     while not finished():
         ids = torch.from_numpy(data.batch(step, cfg.batch_size, rank, world)).to(device)
         am = (ids != tok.pad_id).long()
-        mk = mask_tokens(ids, mask_prob=cfg.mask_prob, mask_id=tok.mask_id, special_ids=special,
-                         vocab_size=tok.vocab_size, split=split)
+        mk = mask_fn(ids)
         with amp:
             res = train_model(ids, mk.input_ids, mk.positions, am)
         res["loss"].backward()
@@ -369,7 +393,12 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         acc_steps += 1
         acc_tokens += int(vals["n_nonpad"])
         bar.update(1)
-        if step % cfg.log_every == 0 or finished():
+        diag = None
+        if main and (step % cfg.save_every == 0 or finished()):
+            with amp:
+                diag = run_probe(model, probe_ids, pad_id=tok.pad_id, mask_fn=mask_fn)
+            last_diag = diag
+        if step % cfg.log_every == 0 or finished() or diag is not None:
             now = time.perf_counter()
             tok_s = acc_tokens / max(1e-9, now - t_interval)
             if "disc_loss" not in res:
@@ -377,6 +406,8 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
                 acc["n_replaced"] = None
             last_row = _metrics_line(step, tokens, flops, acc, acc_steps, scheduler.get_last_lr()[0], tok_s,
                                      wall_before + now - t_start)
+            if diag is not None:
+                last_row.update(diag)
             if main:
                 with open(metrics_path, "a", encoding="utf-8") as f:
                     f.write(json.dumps(last_row) + "\n")
@@ -397,6 +428,11 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
                "device": str(device), "final": rows[-1] if rows else last_row,
                "bundle": str(out / "bundle") if cfg.export else None, "checkpoint": str(ck.latest_checkpoint(out))}
     if main:
+        summary["diagnostics"] = last_diag or _last_diagnostics(rows)
+        warning = verdict(summary["diagnostics"])
+        summary["health_warning"] = warning
+        if warning:
+            print(f"pretrain: WARNING: {warning}", flush=True)
         plot_curves(rows, out / "curves.png", title=f"{cfg.objective} {cfg.size}: {out.name}")
         if cfg.export:
             export_bundle(model.export_model, out / "tokenizer", out / "bundle",
@@ -431,7 +467,15 @@ def _source(cfg: PretrainConfig, shas, tok_fp, summary) -> dict:
 def _bundle_metrics(summary: dict) -> dict:
     final = dict(summary.get("final") or {})
     return {"final": final, "steps": summary["steps"], "tokens": summary["tokens"], "flops": summary["flops"],
-            "wall_s": summary["wall_s"]}
+            "wall_s": summary["wall_s"], "diagnostics": summary.get("diagnostics")}
+
+
+def _last_diagnostics(rows: list[dict]) -> dict | None:
+    """The newest probe values logged in metrics.jsonl (rows that carry ``cls_spread``)."""
+    for r in reversed(rows):
+        if "cls_spread" in r:
+            return {k: r[k] for k in DIAG_KEYS if k in r}
+    return None
 
 
 def _ensure_bundle(out: Path, summary: dict, cfg: PretrainConfig) -> None:

@@ -11,7 +11,9 @@ Steps (all written into ``OUT.partial``, renamed to ``OUT`` only when every gate
 4. ``--fp16``: optimum's O4 (fusions + fp16 weights, fp32 inputs/outputs) for CUDA → ``model.fp16.onnx``;
 5. parity gate on the bundle's own dev sample (``parity_sample.json``, or ``--parity-data``): fp32 and O2 must
    match PyTorch within ``atol`` (max |logit difference|) or the export fails; int8/fp16 report prediction
-   agreement and metric drop and must reach ``min_agreement`` / stay within ``max_drop``;
+   agreement and metric drop and must reach ``min_agreement`` / stay within ``max_drop``. A failure stops the
+   export (``denki export``), or — with ``best_effort=True`` (the quickstart) — leaves a failing O2/int8/fp16
+   variant out of the bundle and records it under ``metrics.left_out`` (fp32 failing is always an error);
 6. tokenizer files, ``task.json``, golden tokenization vectors (``golden_tokenization.jsonl``) and ``manifest.json``
    (sha256 of every file, parity figures under ``metrics.parity``).
 
@@ -225,9 +227,9 @@ def _parity_qa(model, tok, files: dict[str, Path], data: dict, task: dict) -> di
     return res
 
 
-def _gate(parity: dict, atol: float, min_agreement: float, max_drop: float) -> list[str]:
-    """Mark each backend passed/failed; return the failures that block the export (fp32/O2 exactness)."""
-    blocking = []
+def _gate(parity: dict, atol: float, min_agreement: float, max_drop: float) -> dict[str, str]:
+    """Mark each backend passed/failed; return ``{backend: why}`` for every backend that failed its gate."""
+    failed = {}
     for b in ("fp32", "o2", "int8", "fp16"):
         r = parity.get(b)
         if not r or not r.get("ran"):
@@ -238,16 +240,16 @@ def _gate(parity: dict, atol: float, min_agreement: float, max_drop: float) -> l
             r["passed"] = r["max_abs_diff"] <= tol
             r["gate"] = f"max_abs_diff <= {tol:g}"
             if not r["passed"]:
-                blocking.append(f"{b}: max |logit diff| {r['max_abs_diff']:.2e} > {tol:g}")
+                failed[b] = f"max |logit diff| {r['max_abs_diff']:.2e} > {tol:g}"
         else:
             drop = r.get("metric_drop")
             r["passed"] = r["agreement"] >= min_agreement and (drop is None or drop <= max_drop)
             r["gate"] = f"agreement >= {min_agreement:g} and metric drop <= {max_drop:g}"
             if not r["passed"]:
-                blocking.append(f"{b}: agreement {r['agreement']:.3f}" +
-                                (f", metric drop {drop:+.3f}" if drop is not None else "") +
-                                f" (floor {min_agreement:g}, max drop {max_drop:g})")
-    return blocking
+                failed[b] = (f"agreement {r['agreement']:.3f}" + (f", metric drop {drop:+.3f}" if drop is not None
+                                                                  else "") +
+                             f" (floor {min_agreement:g}, max drop {max_drop:g})")
+    return failed
 
 
 def _golden(tok, kind: str, data: dict, task: dict, n: int = 50) -> str:
@@ -272,10 +274,15 @@ def _golden(tok, kind: str, data: dict, task: dict, n: int = 50) -> str:
 def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, optimize: str | None = None,
                   quantize: str | None = None, fp16: bool = False, parity_data: str | None = None,
                   parity_limit: int = 200, atol: float = 1e-4, min_agreement: float = 0.95,
-                  max_drop: float = 0.02, progress: bool = True) -> dict:
+                  max_drop: float = 0.02, best_effort: bool = False, progress: bool = True) -> dict:
     """Export ``model_dir`` (classifier or QA bundle) to an ONNX bundle at ``out_dir``; returns its manifest.
 
-    Raises :class:`DenkiError` (and writes nothing under ``out_dir``) when a parity gate fails.
+    Raises :class:`DenkiError` (and writes nothing under ``out_dir``) when a parity gate fails — what
+    ``denki export`` does, since its user asked for every variant by name. ``best_effort=True`` (the quickstart)
+    leaves a failing O2 / int8 / fp16 variant out instead: its file is not written, its parity figures stay
+    under ``metrics.parity`` (``"left_out": true``) and ``metrics.left_out`` lists ``{"variant", "reason"}``;
+    the runtime's ``auto`` backend then picks among the variants that remain. fp32 failing parity is always an
+    error (the export itself is wrong).
     """
     from tqdm.auto import tqdm
 
@@ -345,10 +352,18 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
         model = _torch_model(src, kind)
         parity = (_parity_classifier if kind == "classifier" else _parity_qa)(model, tok, files, data, task)
         parity["atol"], parity["min_agreement"], parity["max_drop"] = atol, min_agreement, max_drop
-        blocking = _gate(parity, atol, min_agreement, max_drop)
+        failed = _gate(parity, atol, min_agreement, max_drop)
         done("parity gate")
-        if blocking:
-            raise DenkiError("parity gate failed, nothing written:\n  " + "\n  ".join(blocking) +
+        left_out = []
+        if best_effort and "fp32" not in failed:
+            for b, why in failed.items():
+                files.pop(b).unlink()
+                parity[b]["left_out"] = True
+                left_out.append({"variant": b, "reason": why})
+            failed = {}
+        if failed:
+            raise DenkiError("parity gate failed, nothing written:\n  " +
+                             "\n  ".join(f"{b}: {why}" for b, why in failed.items()) +
                              "\n(fp32/O2 must match PyTorch; for int8/fp16 lower --min-agreement / raise --max-drop "
                              "if the trade-off is acceptable, or export without them)")
 
@@ -367,8 +382,8 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
                        "model_sha256": parent_manifest.get("files", {}).get("model.safetensors")},
             "command": command_line(), "optimize": optimize, "quantize": quantize, "fp16": fp16,
             "parity_data": parity_data or "parity_sample.json (from the parent bundle)"},
-            metrics={"parity": parity, "file_bytes": sizes, "export_seconds": timings,
-                     "parent_metrics": parent_manifest.get("metrics", {})})
+            metrics={"parity": parity, "file_bytes": sizes, "export_seconds": timings, "variants": list(files),
+                     "left_out": left_out, "parent_metrics": parent_manifest.get("metrics", {})})
         done("write bundle")
         bar.close()
         replace_dir(tmp, out)
@@ -390,6 +405,7 @@ def format_parity(parity: dict) -> str:
             lines.append(f"  {b:5s} not checked here: {r.get('note')}")
             continue
         extra = f", metric drop {r['metric_drop']:+.4f}" if r.get("metric_drop") is not None else ""
+        verdict = "ok" if r.get("passed") else "FAILED, left out" if r.get("left_out") else "FAILED"
         lines.append(f"  {b:5s} max|Δlogit| {r['max_abs_diff']:.2e}, agreement {r['agreement']:.3f}{extra}"
-                     f"  → {'ok' if r.get('passed') else 'FAILED'}")
+                     f"  → {verdict}")
     return "\n".join(lines)

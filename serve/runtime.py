@@ -41,6 +41,36 @@ def _ort():
     return ort
 
 
+_VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+_EXACT_INT8: bool | None = None
+
+
+def exact_int8_gemm() -> bool:
+    """True where onnxruntime's default int8 GEMM would saturate, so sessions turn on its exact mode.
+
+    Dynamic int8 graphs multiply uint8 activations by int8 weights (U8S8). On x86 CPUs without VNNI (AVX2 only,
+    e.g. many AMD EPYC / older Xeon; AVX-512 without VNNI) that kernel sums pairs of products in 16 bits with
+    saturation (``vpmaddubsw``), so the int8 outputs are wrong where two large products meet — and differ from
+    a VNNI CPU's. ``session.x64quantprecision=1`` makes onnxruntime convert such weights to uint8 and use its
+    exact U8U8 kernel: the same integer results as on a VNNI CPU, somewhat slower. On VNNI CPUs the default
+    kernel is already exact (and faster), so the option is left off there; on other architectures it does not
+    exist. Decided once per process from the CPU flags (Linux); x86 without readable flags → exact mode."""
+    global _EXACT_INT8
+    if _EXACT_INT8 is None:
+        import platform
+
+        if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
+            _EXACT_INT8 = False
+        else:
+            try:
+                with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                    flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+            except OSError:
+                flags = None
+            _EXACT_INT8 = flags is None or not any(v in flags for v in _VNNI_FLAGS)
+    return _EXACT_INT8
+
+
 def _session(path: Path, device: str, threads: int | None):
     """Create an InferenceSession; for ``cuda`` fall back to CPU when CUDA cannot really be used.
 
@@ -48,6 +78,9 @@ def _session(path: Path, device: str, threads: int | None):
     ort = _ort()
     so = ort.SessionOptions()
     so.log_severity_level = 3  # the CUDA probe on a CPU machine logs errors we handle ourselves
+    if exact_int8_gemm():
+        # int8 outputs identical on every x86 CPU (see exact_int8_gemm); no effect on float graphs
+        so.add_session_config_entry("session.x64quantprecision", "1")
     if threads:
         so.intra_op_num_threads = int(threads)
         so.inter_op_num_threads = 1
@@ -105,6 +138,11 @@ class Predictor:
             if backend not in MODEL_FILES:
                 raise DenkiError(f"unknown backend {backend!r}; choose auto, {', '.join(MODEL_FILES)}")
             if backend not in available:
+                lo = next((x for x in self.manifest.get("metrics", {}).get("left_out", []) or []
+                           if x.get("variant") == backend), None)
+                if lo:  # a best-effort export (the quickstart) dropped it
+                    raise DenkiError(f"{self.dir}: backend {backend!r} was left out by the export: it failed its "
+                                     f"parity gate ({lo.get('reason')}); have: {', '.join(available)}")
                 raise DenkiError(f"{self.dir}: backend {backend!r} was not exported (have: {', '.join(available)});"
                                  f" re-export with the matching `denki export` option")
             return backend

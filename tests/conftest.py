@@ -1,4 +1,9 @@
-"""Shared fixtures: the shared data folder and a tiny tokenizer trained once per test session."""
+"""Shared fixtures: the sample data, the shared data folder and a tiny tokenizer trained once per test session.
+
+Core tests run on what ships in ``samples/`` (or on fixtures they generate); only *extended* tests (marked
+``@pytest.mark.extended``), which add coverage on bigger or other real data, read ``../shared/data`` through
+:func:`shared` and skip without it.
+"""
 from __future__ import annotations
 
 import json
@@ -14,7 +19,12 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("DENKI_SHARED_DATA", REPO.parent / "shared" / "data"))
-SAMPLE_CORPUS = REPO / "samples" / "corpus_ja.txt"
+SAMPLES = REPO / "samples"
+SAMPLE_CORPUS = SAMPLES / "corpus_ja.txt"  # = shared corpus_mini_ja.txt
+SAMPLE_ROUTING_TRAIN = SAMPLES / "routing_train.jsonl"  # JaQuAD questions → 6 Japanese route names
+SAMPLE_ROUTING_DEV = SAMPLES / "routing_dev.jsonl"
+SAMPLE_QA_TRAIN = SAMPLES / "qa_train.jsonl"  # = shared qa_mini_train.jsonl (200 answerable + 100 not)
+SAMPLE_QA_DEV = SAMPLES / "qa_dev.jsonl"  # = shared qa_mini_dev.jsonl (100 + 50)
 
 
 def shared(name: str) -> Path:
@@ -45,10 +55,37 @@ def tiny_tokenizer(tiny_tokenizer_dir):
 # ---------------------------------------------------------------- tiny fine-tuned bundles and their ONNX exports
 
 
-def livedoor_rows(n=60):
-    with open(shared("livedoor_mini.jsonl"), encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f]
-    return rows[::max(1, len(rows) // n)][:n]
+def read_jsonl(path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def routing_rows(n=60, per_label=None):
+    """Rows of the shipped routing sample (``samples/routing_train.jsonl``), every label represented.
+
+    ``per_label`` given: that many rows of each label (shuffled with ``Random(0)`` first), in label-interleaved
+    order. Otherwise ``n`` rows taken round-robin over the labels, each label's rows in file order."""
+    import random
+
+    by_label: dict[str, list[dict]] = {}
+    for r in read_jsonl(SAMPLE_ROUTING_TRAIN):
+        by_label.setdefault(r["label"], []).append(r)
+    if per_label is not None:
+        rng = random.Random(0)
+        for lab in sorted(by_label):
+            rng.shuffle(by_label[lab])
+        n = per_label * len(by_label)
+    labels = sorted(by_label)
+    out = []
+    for i in range(max(len(v) for v in by_label.values())):
+        out += [by_label[lab][i] for lab in labels if i < len(by_label[lab])]
+    return out[:n]
+
+
+def inquiry_rows(n=60):
+    """Routing-sample rows as ``{"id", "title", "label"}``: the inquiry's subject line in ``title`` — not the
+    default field name ``text``, so the serving tests check that the bundle's ``text_field`` is honoured."""
+    return [{"id": r["id"], "title": r["text"], "label": r["label"]} for r in routing_rows(n)]
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +98,7 @@ def classifier_bundle(tmp_path_factory, tiny_tokenizer_dir):
     from models.presets import electra_config
     from models.tokenizer import JapaneseTokenizer
 
-    rows = livedoor_rows()
+    rows = inquiry_rows()
     labels = sorted({r["label"] for r in rows})
     tok = JapaneseTokenizer.load(tiny_tokenizer_dir)
     cfg = electra_config("tiny", tok.vocab_size, num_labels=len(labels), id2label=dict(enumerate(labels)),
@@ -99,7 +136,7 @@ def onnx_classifier(classifier_bundle, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def qa_bundle(tmp_path_factory, tiny_tokenizer_dir):
-    """A tiny QA bundle (random init, a few steps on qa_mini_train) with task.json and a parity sample."""
+    """A tiny QA bundle (random init, untrained) with task.json and a parity sample from samples/qa_dev.jsonl."""
     import torch
     from transformers import ElectraForQuestionAnswering
 
@@ -107,8 +144,7 @@ def qa_bundle(tmp_path_factory, tiny_tokenizer_dir):
     from models.presets import electra_config
     from models.tokenizer import JapaneseTokenizer
 
-    with open(shared("qa_mini_dev.jsonl"), encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f][:24]
+    rows = read_jsonl(SAMPLE_QA_DEV)[:24]
     tok = JapaneseTokenizer.load(tiny_tokenizer_dir)
     torch.manual_seed(0)
     model = ElectraForQuestionAnswering(electra_config("tiny", tok.vocab_size)).eval()

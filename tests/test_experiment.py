@@ -1,4 +1,4 @@
-"""`denki experiment electra-vs-mlm` at CI scale: one tiny budget, one seed, mini files, one epoch.
+"""`denki experiment electra-vs-mlm` at CI scale: one tiny budget, one seed, the shipped samples, one epoch.
 
 Checks the report files and their structure, the plot, the RTD diagnostics, and that a second run reuses every
 cached stage. Never asserts who wins (at this budget nothing is learnt; see DESIGN.md).
@@ -11,24 +11,27 @@ import time
 import pytest
 
 from app.cli import main
-from tests.conftest import shared
+from tests.conftest import SAMPLE_CORPUS, SAMPLE_QA_DEV, SAMPLE_QA_TRAIN, routing_rows
 
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory, tiny_tokenizer_dir):
     root = tmp_path_factory.mktemp("experiment")
-    rows = shared("livedoor_mini.jsonl").read_text(encoding="utf-8").splitlines()
-    (root / "ld_train.jsonl").write_text("".join(r + "\n" for i, r in enumerate(rows) if i % 4), encoding="utf-8")
-    (root / "ld_dev.jsonl").write_text("".join(r + "\n" for i, r in enumerate(rows) if i % 4 == 0),
-                                       encoding="utf-8")
+    # 180 routing-sample questions (30 per route), in a field named "question": the task spec names it
+    rows = [json.dumps({"id": r["id"], "question": r["text"], "label": r["label"]}, ensure_ascii=False)
+            for r in routing_rows(180)]
+    (root / "route_train.jsonl").write_text("".join(r + "\n" for i, r in enumerate(rows) if i % 4),
+                                            encoding="utf-8")
+    (root / "route_dev.jsonl").write_text("".join(r + "\n" for i, r in enumerate(rows) if i % 4 == 0),
+                                          encoding="utf-8")
     qa_task = root / "qa_task.json"  # the JSON form of an own task definition
-    qa_task.write_text(json.dumps({"name": "qa-mini", "kind": "qa", "train": str(shared("qa_mini_train.jsonl")),
-                                   "dev": str(shared("qa_mini_dev.jsonl"))}), encoding="utf-8")
+    qa_task.write_text(json.dumps({"name": "qa-mini", "kind": "qa", "train": str(SAMPLE_QA_TRAIN),
+                                   "dev": str(SAMPLE_QA_DEV)}), encoding="utf-8")
     out = root / "out"
-    argv = ["experiment", "electra-vs-mlm", "--corpus", str(shared("corpus_mini_ja.txt")),
+    argv = ["experiment", "electra-vs-mlm", "--corpus", str(SAMPLE_CORPUS),
             "--tokenizer", str(tiny_tokenizer_dir), "--out", str(out), "--size", "tiny",
-            "--flops-budgets", "2e10", "--task", f"ld-title=classify:{root / 'ld_train.jsonl'}:"
-                                                 f"{root / 'ld_dev.jsonl'}:title",
+            "--flops-budgets", "2e10", "--task", f"route=classify:{root / 'route_train.jsonl'}:"
+                                                 f"{root / 'route_dev.jsonl'}:question",
             "--task", str(qa_task), "--seeds", "1", "--epochs", "1", "--max-train", "40", "--max-dev", "30",
             "--batch-size", "8", "--seq-len", "64", "--max-length", "64", "--qa-max-length", "192",
             "--cache-dir", str(root / "cache"), "--threads", "1", "--no-progress", "--electra15"]
@@ -45,8 +48,8 @@ def test_report_files_and_structure(experiment):
     assert (out / "score_vs_flops.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert rep["budgets"] == [2e10] and rep["seeds"] == 1
-    assert set(rep["results"]) == {"ld-title", "qa-mini", "qa-mini (span F1)"}
-    assert rep["results"]["ld-title"]["metric"] == "macro_f1" and rep["results"]["qa-mini"]["metric"] == "best_f1"
+    assert set(rep["results"]) == {"route", "qa-mini", "qa-mini (span F1)"}
+    assert rep["results"]["route"]["metric"] == "macro_f1" and rep["results"]["qa-mini"]["metric"] == "best_f1"
     assert rep["results"]["qa-mini (span F1)"]["metric"] == "HasAns_span_f1"
     for name, res in rep["results"].items():
         assert set(res["cells"]) == {"electra-2e10", "mlm-2e10", "electra15-2e10", "random"}
@@ -61,11 +64,11 @@ def test_report_files_and_structure(experiment):
         assert "seed noise not measured" in res["electra_vs_electra15"]["2e10"]["verdict"]
     lo, hi = (0, 1), (0, 100)
     for r in rep["per_seed"]:
-        rng = lo if r["task"] == "ld-title" else hi
-        key = "macro_f1" if r["task"] == "ld-title" else "best_f1"
+        rng = lo if r["task"] == "route" else hi
+        key = "macro_f1" if r["task"] == "route" else "best_f1"
         assert rng[0] <= r[key] <= rng[1]
     md = (out / "report.md").read_text(encoding="utf-8")
-    assert "## ld-title" in md and "## qa-mini" in md and "| budget (FLOPs) | ELECTRA | MLM | ELECTRA 15% | random init |" in md
+    assert "## route" in md and "## qa-mini" in md and "| budget (FLOPs) | ELECTRA | MLM | ELECTRA 15% | random init |" in md
     assert "Does ELECTRA win at this scale?" in md and "## Ablation: ELECTRA 15%" in md
     assert "ELECTRA − ELECTRA 15% =" in md
     assert "Reference: a constant answer" in md and "## qa-mini (span F1) (qa, dev HasAns_span_f1)" in md
@@ -95,14 +98,14 @@ def test_rtd_diagnostics_and_equal_flops(experiment):
 
 def test_second_run_skips_every_stage(experiment, capsys):
     out, argv, first = experiment
-    before = (out / "finetune" / "random" / "ld-title" / "seed-0" / "result.json").stat().st_mtime_ns
+    before = (out / "finetune" / "random" / "route" / "seed-0" / "result.json").stat().st_mtime_ns
     capsys.readouterr()
     t0 = time.perf_counter()
     assert main(argv) == 0
     second = time.perf_counter() - t0
     text = capsys.readouterr().out
     assert "already finished" in text and text.count("(cached)") == 8
-    assert (out / "finetune" / "random" / "ld-title" / "seed-0" / "result.json").stat().st_mtime_ns == before
+    assert (out / "finetune" / "random" / "route" / "seed-0" / "result.json").stat().st_mtime_ns == before
     assert second < max(15.0, first / 3), (first, second)
 
 
@@ -124,10 +127,10 @@ def test_changed_settings_are_refused_and_bad_tasks_named(experiment, tmp_path, 
 
 def test_a_task_pointing_at_other_data_is_fine_tuned_again(experiment, capsys):
     out, argv, _ = experiment
-    spec = next(a for a in argv if a.startswith("ld-title="))
+    spec = next(a for a in argv if a.startswith("route="))
     dev = spec.split(":")[2]
     rows = open(dev, encoding="utf-8").read().splitlines()
-    dev2 = dev.replace("ld_dev", "ld_dev_small")
+    dev2 = dev.replace("route_dev", "route_dev_small")
     with open(dev2, "w", encoding="utf-8") as f:
         f.write("".join(r + "\n" for r in rows[:30]))
     capsys.readouterr()
@@ -135,4 +138,4 @@ def test_a_task_pointing_at_other_data_is_fine_tuned_again(experiment, capsys):
     text = capsys.readouterr().out
     assert text.count("now points at other data") == 4 and text.count("(cached)") == 4  # the QA cells stay
     rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
-    assert all(r["data"]["dev"] == dev2 for r in rep["per_seed"] if r["task"] == "ld-title")
+    assert all(r["data"]["dev"] == dev2 for r in rep["per_seed"] if r["task"] == "route")

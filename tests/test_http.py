@@ -302,12 +302,15 @@ def test_graceful_shutdown_finishes_in_flight(cls_pred):
     th = threading.Thread(target=server.run, daemon=True)
     th.start()
     url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
+    deadline = time.monotonic() + 60  # by the clock, not a count: a loaded 2-core machine starts slowly
+    while True:
         try:
             if httpx.get(url + "/readyz", timeout=1).status_code == 200:
                 break
         except httpx.HTTPError:
-            time.sleep(0.05)
+            pass
+        assert time.monotonic() < deadline and th.is_alive(), "server did not become ready"
+        time.sleep(0.05)
     result = {}
     req = threading.Thread(target=lambda: result.setdefault(
         "r", httpx.post(url + "/v1/classify", json={"texts": ["終わるまで待つ"]}, timeout=20)))

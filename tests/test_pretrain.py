@@ -373,3 +373,52 @@ def test_ddp_two_cpu_processes_gloo(tiny_tokenizer_dir, cache_dir, tmp_path):
     rows = read_metrics(tmp_path / "ddp")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert 0.8 * 384 < rows[-1]["tokens"] <= 3 * 2 * 2 * 32  # 3 steps × 2 ranks × 2 sequences × ≤32 tokens
+
+
+# ------------------------------------------------------------------------------------------------ health probe
+def test_roc_auc_matches_sklearn_with_ties():
+    from sklearn.metrics import roc_auc_score
+
+    from pretrain.diagnostics import roc_auc
+
+    rng = np.random.default_rng(0)
+    labels = rng.random(500) < 0.15
+    scores = np.round(rng.normal(size=500) + labels * 0.8, 1)  # rounding makes ties
+    assert roc_auc(scores, labels) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+    assert np.isnan(roc_auc(scores, np.zeros(500, bool)))
+
+
+def test_verdict_names_collapse_and_chance_auc_and_finetune_warns(capsys):
+    from models.pretrain_health import verdict, warn_if_unlearned
+
+    assert verdict({"cls_spread": 0.03, "mean_spread": 0.02, "disc_auc": 0.81}) is None
+    assert verdict(None) is None and verdict({}) is None
+    w = verdict({"cls_spread": 0.0, "mean_spread": 0.0002, "disc_auc": 0.52})
+    assert "collapsed" in w and "AUC 0.52" in w and "worse than random init" in w
+    man = {"kind": "pretrained", "metrics": {"diagnostics": {"cls_spread": 0.0, "mean_spread": 0.0}}}
+    assert warn_if_unlearned(man) and "WARNING" in capsys.readouterr().err
+    assert warn_if_unlearned({**man, "kind": "classifier"}) is None  # only pretrained bundles are judged
+
+
+def test_probe_logged_at_checkpoints_kept_in_summary_and_manifest(tiny_tokenizer_dir, cache_dir, tmp_path):
+    from models.bundle import read_manifest
+
+    s = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "p", cache_dir, export=True, log_every=5))
+    rows = read_metrics(tmp_path / "p")
+    probed = [r["step"] for r in rows if "cls_spread" in r]
+    assert probed == [3, 6]  # save_every=3 and the last step, even where log_every=5 would not log
+    d = s["diagnostics"]
+    assert set(d) == {"cls_spread", "mean_spread", "disc_auc", "probe_replace_rate"}
+    assert d["cls_spread"] >= 0 and 0 <= d["disc_auc"] <= 1 and 0 < d["probe_replace_rate"] < 0.2
+    assert read_manifest(tmp_path / "p" / "bundle")["metrics"]["diagnostics"] == d
+    # MLM: spreads only (no discriminator)
+    m = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "m", cache_dir, objective="mlm"))
+    assert set(m["diagnostics"]) == {"cls_spread", "mean_spread"}
+
+
+def test_probe_does_not_change_training(tiny_tokenizer_dir, cache_dir, tmp_path, monkeypatch):
+    """The probe restores the global RNG: a run probed at every step trains exactly like one probed once."""
+    a = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "a", cache_dir, save_every=1, keep=1))
+    b = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "b", cache_dir, save_every=100))
+    assert [r["loss"] for r in read_metrics(tmp_path / "a")] == [r["loss"] for r in read_metrics(tmp_path / "b")]
+    assert a["diagnostics"] == b["diagnostics"]

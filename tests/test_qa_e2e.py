@@ -1,4 +1,5 @@
-"""End to end on qa_mini with a tiny random-init encoder: `denki finetune qa` → bundle (task.json, parity
+"""End to end on the shipped QA sample (samples/qa_{train,dev}.jsonl, 300 / 150 JaQuAD questions, a third
+unanswerable) with a tiny random-init encoder: `denki finetune qa` → bundle (task.json, parity
 sample, report) → `denki evaluate qa` (official SQuAD v2 key names, predictions file). A few dozen steps only:
 this checks the plumbing and the decision rule, not quality."""
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pytest
 from app.cli import main
 from models.bundle import read_manifest, read_task, verify_bundle
 
-from .conftest import shared
+from .conftest import SAMPLE_QA_DEV, SAMPLE_QA_TRAIN
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -26,8 +27,8 @@ def qa_bundle(tmp_path_factory, tiny_tokenizer_dir):
     root = tmp_path_factory.mktemp("qa")
     random_init_bundle("tiny", tiny_tokenizer_dir, root / "pre", seed=0)
     out = root / "qa"
-    rc = main(["finetune", "qa", "--model", str(root / "pre"), "--train", str(shared("qa_mini_train.jsonl")),
-               "--dev", str(shared("qa_mini_dev.jsonl")), "--out", str(out), "--max-length", "192",
+    rc = main(["finetune", "qa", "--model", str(root / "pre"), "--train", str(SAMPLE_QA_TRAIN),
+               "--dev", str(SAMPLE_QA_DEV), "--out", str(out), "--max-length", "192",
                "--doc-stride", "64", "--max-answer-length", "20", "--seeds", "2", "--max-steps", "12",
                "--batch-size", "16", "--max-dev-examples", "60", "--no-progress", "--threads", "1"])
     assert rc == 0
@@ -63,7 +64,7 @@ def test_finetune_writes_a_verified_qa_bundle_with_task_and_report(qa_bundle):
 def test_evaluate_writes_official_keys_and_exact_substring_predictions(qa_bundle, capsys):
     root, out = qa_bundle
     mj, pj = root / "metrics.json", root / "preds.json"
-    data = shared("qa_mini_dev.jsonl")
+    data = SAMPLE_QA_DEV
     rc = main(["evaluate", "qa", "--model", str(out), "--data", str(data), "--output-json", str(mj),
                "--predictions", str(pj), "--no-progress", "--threads", "1"])
     assert rc == 0
@@ -82,7 +83,7 @@ def test_evaluate_writes_official_keys_and_exact_substring_predictions(qa_bundle
 
 def test_evaluate_refuses_a_pretrained_bundle_and_a_missing_file(qa_bundle, capsys):
     root, out = qa_bundle
-    assert main(["evaluate", "qa", "--model", str(root / "pre"), "--data", str(shared("qa_mini_dev.jsonl"))]) == 2
+    assert main(["evaluate", "qa", "--model", str(root / "pre"), "--data", str(SAMPLE_QA_DEV)]) == 2
     assert "bundle kind is 'pretrained'" in capsys.readouterr().err
     assert main(["evaluate", "qa", "--model", str(out), "--data", str(root / "nope.jsonl")]) == 2
     assert "file not found" in capsys.readouterr().err
@@ -91,8 +92,8 @@ def test_evaluate_refuses_a_pretrained_bundle_and_a_missing_file(qa_bundle, caps
 def test_answerable_head_variant_trains_compares_rules_and_evaluates(qa_bundle, tmp_path):
     root, _ = qa_bundle
     out = tmp_path / "qa_head"
-    rc = main(["finetune", "qa", "--model", str(root / "pre"), "--train", str(shared("qa_mini_train.jsonl")),
-               "--dev", str(shared("qa_mini_dev.jsonl")), "--out", str(out), "--max-length", "192",
+    rc = main(["finetune", "qa", "--model", str(root / "pre"), "--train", str(SAMPLE_QA_TRAIN),
+               "--dev", str(SAMPLE_QA_DEV), "--out", str(out), "--max-length", "192",
                "--doc-stride", "64", "--max-steps", "6", "--batch-size", "16", "--max-train-examples", "100",
                "--max-dev-examples", "40", "--answerable-head", "--no-progress", "--threads", "1"])
     assert rc == 0
@@ -102,7 +103,7 @@ def test_answerable_head_variant_trains_compares_rules_and_evaluates(qa_bundle, 
     assert set(rep["seeds"][0]["dev_metrics_by_null_rule"]) == {"cls", "head", "combined"}
     assert "answerable head" in (out / "report.md").read_text(encoding="utf-8")
     mj = tmp_path / "m.json"
-    assert main(["evaluate", "qa", "--model", str(out), "--data", str(shared("qa_mini_dev.jsonl")),
+    assert main(["evaluate", "qa", "--model", str(out), "--data", str(SAMPLE_QA_DEV),
                  "--max-examples", "30", "--output-json", str(mj), "--no-progress", "--threads", "1"]) == 0
     m = json.loads(mj.read_text(encoding="utf-8"))
     assert m["null_rule"] == task["null_rule"] and m["total"] == 30

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from .conftest import REPO, shared
+from .conftest import REPO, SAMPLE_QA_DEV, SAMPLE_QA_TRAIN
 from models.errors import InputError
 from models.qa_data import QAExample, read_qa
 from models.qa_features import answer_token_span, build_features
@@ -32,8 +32,8 @@ def _rec(qid, question="誰が書いた?", context="この本は夏目漱石が�
 
 # ------------------------------------------------------------------------------------------- reading
 def test_read_mini_files():
-    tr = read_qa(shared("qa_mini_train.jsonl"))
-    dv = read_qa(shared("qa_mini_dev.jsonl"))
+    tr = read_qa(SAMPLE_QA_TRAIN)
+    dv = read_qa(SAMPLE_QA_DEV)
     assert tr.summary()["answerable"] == 200 and tr.summary()["unanswerable"] == 100 and not tr.skipped
     assert dv.summary()["examples"] == 150
     for ex in tr.examples:
@@ -137,16 +137,17 @@ def test_windows_and_cls_targets(tiny_tokenizer):
     assert all(f.start_positions[w] == 0 and f.end_positions[w] == 0 for w in w2)
 
 
-def test_gold_span_roundtrip_on_qa_mini(tiny_tokenizer):
-    """Every answerable qa_mini question whose answer lies in a window decodes back to its answer (or a
-    superstring, when a token straddles the boundary — counted and reported)."""
-    d = read_qa(shared("qa_mini_train.jsonl"))
+def test_gold_span_roundtrip_on_qa_sample(tiny_tokenizer):
+    """Every answerable question of samples/qa_train.jsonl (= ../shared's qa_mini_train) whose answer lies in a
+    window decodes back to its answer (or a superstring, when a token straddles the boundary — counted and
+    reported)."""
+    d = read_qa(SAMPLE_QA_TRAIN)
     f = build_features(d.examples, tiny_tokenizer, max_length=192, doc_stride=64)
     rt = f.stats["gold_span_roundtrip"]
     assert rt["other"] == 0
     assert rt["exact"] + rt["superstring"] == f.stats["windows_with_answer"] > 0
     assert f.stats["answerable_without_aligned_window"] == 0
-    print(f"\nqa_mini_train round trip @192/64: {rt} over {f.stats['windows']} windows; "
+    print(f"\nqa_train sample round trip @192/64: {rt} over {f.stats['windows']} windows; "
           f"straddles e.g. {f.stats['straddle_examples'][:3]}")
 
 
@@ -330,3 +331,66 @@ def test_squad_v2_metrics_keys_and_values():
     assert m["best_f1"] == pytest.approx(75.0) and m["best_f1_thresh"] == pytest.approx(-2.0)
     curve = f1_vs_threshold(golds, res, [m["best_f1_thresh"], -5.0])
     assert curve[0] == pytest.approx(m["best_f1"]) and curve[1] == pytest.approx(50.0)
+
+
+# ---------------------------------------------------------------- issue 14: where the tuned threshold sits in its gap
+
+
+def test_best_threshold_midpoint_same_score_with_margin():
+    # the same four questions as test_best_threshold_synthetic: answering only "a" (-3.0) is best; the next diff is
+    # "c" at -1.0, so every threshold in [-3, -1) scores 75%
+    na = {"a": -3.0, "b": 1.0, "c": -1.0, "d": 2.0}
+    sc = {"a": 1.0, "b": 0.5, "c": 0.0, "d": 0.0}
+    has = {"a": True, "b": True, "c": False, "d": False}
+    nonempty = dict.fromkeys(na, True)
+    s_sample, t_sample = best_threshold(na, sc, nonempty, has)
+    s_mid, t_mid = best_threshold(na, sc, nonempty, has, at="midpoint")
+    assert t_sample == pytest.approx(-3.0)  # the official choice: on question a's own score (zero margin)
+    assert s_mid == pytest.approx(s_sample) and t_mid == pytest.approx(-2.0)  # same score, 1.0 from both neighbours
+    got = sum((sc[q] if has[q] else 0) if not (na[q] > t_mid) else (0 if has[q] else 1) for q in na)
+    assert 100 * got / 4 == pytest.approx(s_mid)
+    # answering nothing best: 1.0 below the lowest diff (both modes); answering everything best: 1.0 above the highest
+    assert best_threshold(na, sc, nonempty, dict.fromkeys(na, False), at="midpoint") == (100.0, -4.0)
+    assert best_threshold(na, dict.fromkeys(na, 1.0), nonempty, dict.fromkeys(na, True), at="midpoint") == \
+        (100.0, 3.0)
+    # a flat stretch (switching c changes nothing: empty span): the widest gap among equal scores wins
+    na2 = {"a": 0.0, "c": 0.1, "e": 5.0}
+    score, t = best_threshold(na2, {"a": 1.0, "c": 0.0, "e": 0.0}, {"a": True, "c": False, "e": True},
+                              {"a": True, "c": False, "e": False}, at="midpoint")
+    assert score == pytest.approx(100.0) and t == pytest.approx(2.55)  # between c (0.1) and e (5.0), not a/c
+    with pytest.raises(ValueError):
+        best_threshold(na, sc, nonempty, has, at="middle")
+
+
+def test_best_threshold_on_a_collapsed_models_diffs_keeps_a_margin():
+    """The quickstart's tiny QA model (issue 14): 150 dev diffs in a 0.09-wide cluster; F1 is best answering only
+    the lowest question (a HasAns question whose span scores F1 0.085). The official rule put the threshold on that
+    question's own diff, so a 1e-6 change flipped it; the midpoint keeps half the gap to the next question."""
+    rng = np.random.default_rng(0)
+    rest = np.sort(rng.uniform(11.470, 11.543, 149))
+    na = {"q0": 11.455020666122437} | {f"q{i + 1}": float(d) for i, d in enumerate(rest)}
+    has = {q: i < 100 for i, q in enumerate(na)}
+    sc = {q: (0.085 if q == "q0" else 0.0) for q in na}
+    nonempty = dict.fromkeys(na, True)
+    s_off, t_off = best_threshold(na, sc, nonempty, has)
+    s_mid, t_mid = best_threshold(na, sc, nonempty, has, at="midpoint")
+    assert s_off == pytest.approx(s_mid) == pytest.approx(100 * (50 + 0.085) / 150)
+    assert t_off == na["q0"]  # zero margin: any rounding (ONNX, another CPU) may flip q0
+    margin = min(abs(d - t_mid) for d in na.values())
+    assert margin == pytest.approx((rest[0] - na["q0"]) / 2) and margin > 1e-3
+    # a perturbation smaller than the margin changes no decision; the same one flips q0 under the official rule
+    for eps in (-2e-6, 2e-6):
+        assert all((d + eps > t_mid) == (d > t_mid) for d in na.values())
+    assert (na["q0"] + 2e-6 > t_off) != (na["q0"] > t_off)
+
+
+def test_squad_v2_metrics_threshold_at_midpoint_reproduces_best_f1():
+    golds = {"a": ["東京"], "b": [], "c": ["大阪", "大阪府"], "d": []}
+    res = {q: {"answer": a, "span_answer": sp, "span_start": 0, "span_end": 2, "null_score_diff": d}
+           for q, a, sp, d in (("a", "東京", "東京", -2.0), ("b", "", "京都", 1.0), ("c", "", "大阪府", 0.5),
+                               ("d", "名古屋", "名古屋", -1.0))}
+    off, mid = squad_v2_metrics(golds, res), squad_v2_metrics(golds, res, threshold_at="midpoint")
+    assert off["best_f1"] == mid["best_f1"] and off["best_exact"] == mid["best_exact"]
+    assert off["best_f1_thresh"] == pytest.approx(-2.0) and mid["best_f1_thresh"] == pytest.approx(-1.5)
+    rr = dict(zip(res, apply_threshold(list(res.values()), mid["best_f1_thresh"])))
+    assert squad_v2_metrics(golds, rr)["f1"] == pytest.approx(mid["best_f1"])

@@ -21,11 +21,21 @@ def test_quickstart_pipeline_end_to_end_and_rerun_skips(tmp_path, capsys):
         assert verify_bundle(out / d)["kind"] == kind, d
     s = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert s["pretrain"]["flops"] >= 1e12
+    # the pretraining health probe (models/pretrain_health.py) is in the summary and printed on its row
+    d = s["pretrain"]["diagnostics"]
+    assert 0.0 <= d["disc_auc"] <= 1.0 and d["cls_spread"] >= 0 and "probe: disc AUC" in printed
     r = s["routing"]
     for part in ("onnx", "pytorch", "pytorch_random_init", "tfidf_baseline"):
         assert 0.0 <= r[part]["accuracy"] <= 1.0, part
     assert r["deployed"] in ("pretrained", "random-init control")
-    assert set(s["latency_p50_ms_batch1"]) == {"fp32", "o2", "int8"}
+    # best effort: a variant that failed its parity gate is left out (and said once in the summary), never fatal
+    left_out = {part: [lo["variant"] for lo in s["left_out"][part]] for part in ("classifier", "qa")}
+    assert set(s["latency_p50_ms_batch1"]) == {"fp32", "o2", "int8"} - set(left_out["classifier"])
+    for part, name in (("classifier", "router"), ("qa", "QA")):
+        for v in left_out[part]:
+            assert v != "fp32" and s["parity"][part][v]["left_out"] and not s["parity"][part][v]["passed"]
+            assert not (out / f"{part}-onnx" / f"model.{v}.onnx").exists()
+            assert printed.count(f"| {name} ONNX {v}: left out |") == 1
     assert s["parity"]["classifier"]["fp32"]["passed"] and s["parity"]["qa"]["fp32"]["passed"]
     for k in ("exact", "f1", "total"):
         assert s["qa"]["onnx"][k] is not None

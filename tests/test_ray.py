@@ -25,7 +25,7 @@ pytest.importorskip("ray")
 httpx = pytest.importorskip("httpx")
 
 from models.errors import DenkiError  # noqa: E402
-from tests.conftest import livedoor_rows  # noqa: E402
+from tests.conftest import inquiry_rows  # noqa: E402
 
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "ORT_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1",
            "RAY_DEDUP_LOGS": "0"}
@@ -73,7 +73,7 @@ def test_serve_on_ray_answers_over_loopback_and_stops_on_sigterm(onnx_classifier
                 pass
             time.sleep(1)
         assert ready, (tmp_path / "serve.log").read_text(errors="replace")[-3000:]
-        texts = [r["title"] for r in livedoor_rows(24)]
+        texts = [r["title"] for r in inquiry_rows(24)]
         # several requests, so both replicas answer some; int8 quantises activations per call, so the local
         # reference scores the same 4-text batches
         pred = Predictor(onnx_classifier, threads=1)
@@ -106,7 +106,7 @@ def test_serve_on_ray_answers_over_loopback_and_stops_on_sigterm(onnx_classifier
 
 def _write_inputs(d):
     """Three files (JSONL, gzipped JSONL, CSV), 3,000+ records, with corrupt lines of every kind."""
-    rows = livedoor_rows(60)
+    rows = inquiry_rows(60)
     d.mkdir()
     n_bad = 0
     with open(d / "part-a.jsonl", "wb") as f:

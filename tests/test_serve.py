@@ -11,7 +11,7 @@ import pytest
 
 from models.errors import DenkiError
 
-from .conftest import REPO, livedoor_rows as _livedoor_rows
+from .conftest import REPO, inquiry_rows
 
 
 def test_export_parity_and_files(onnx_classifier):
@@ -47,7 +47,7 @@ def test_runtime_matches_torch_and_golden(onnx_classifier, classifier_bundle):
 
     p = Predictor(onnx_classifier, backend="fp32", device="cpu")
     assert p.provider == "CPUExecutionProvider"
-    texts = [r["title"] for r in _livedoor_rows(20)]
+    texts = [r["title"] for r in inquiry_rows(20)]
     onnx_logits = p.logits(texts, batch_size=7)  # length-bucketed batches, restored to input order
     model = ElectraForSequenceClassification.from_pretrained(str(classifier_bundle), use_safetensors=True).eval()
     with torch.no_grad():
@@ -132,7 +132,7 @@ def _corrupt_input(path, rows):
 def test_batch_accounting_with_corrupt_lines(onnx_classifier, tmp_path):
     from app.cli import main
 
-    n_in = _corrupt_input(tmp_path / "in.jsonl", _livedoor_rows(60))
+    n_in = _corrupt_input(tmp_path / "in.jsonl", inquiry_rows(60))
     out = tmp_path / "out.jsonl"
     assert main(["classify", "--model", str(onnx_classifier), "--input", str(tmp_path / "in.jsonl"),
                  "--output", str(out), "--batch-size", "8"]) == 0
@@ -150,7 +150,7 @@ def test_batch_accounting_with_corrupt_lines(onnx_classifier, tmp_path):
 def test_batch_resume_no_duplicates_no_gaps(onnx_classifier, tmp_path):
     from serve.batch import classify_file
 
-    rows = _livedoor_rows(60)
+    rows = inquiry_rows(60)
     n_in = _corrupt_input(tmp_path / "in.jsonl", rows)
     full = tmp_path / "full.jsonl"
     classify_file(onnx_classifier, tmp_path / "in.jsonl", full, batch_size=8, progress=False)

@@ -14,7 +14,8 @@ from models.normalize import nfkc_with_alignment
 from models.textio import iter_lines
 from models.tokenizer import JapaneseTokenizer
 
-from .conftest import SAMPLE_CORPUS, shared
+from .conftest import (SAMPLE_CORPUS, SAMPLE_QA_DEV, SAMPLE_QA_TRAIN, SAMPLE_ROUTING_DEV, read_jsonl,
+                       shared)
 
 EDGE_CASES = [
     "",
@@ -109,8 +110,40 @@ def test_nfkc_alignment_maps_back():
             assert unicodedata.normalize("NFKC", text[a:b]) == s
 
 
+def _samples_texts(n_corpus: int = 1000) -> list[str]:
+    """Texts shipped in samples/: corpus paragraphs (man pages + Wikipedia), routing questions, QA questions and
+    contexts (real text with odd characters; no ../shared needed)."""
+    rng = random.Random(0)
+    lines = SAMPLE_CORPUS.read_text(encoding="utf-8").splitlines()
+    texts = rng.sample(lines, min(n_corpus, len(lines)))
+    texts += [r["text"] for r in read_jsonl(SAMPLE_ROUTING_DEV)][:400]
+    for path in (SAMPLE_QA_TRAIN, SAMPLE_QA_DEV):
+        for r in read_jsonl(path)[:150]:
+            texts += [r["question"], r["context"][:3000]]
+    return texts
+
+
+def test_parity_with_transformers_on_samples(tiny_tokenizer, tiny_tokenizer_dir):
+    hf = _hf(tiny_tokenizer_dir)
+    texts = _samples_texts()
+    mismatches = []
+    for t in texts:
+        ours = tiny_tokenizer.encode(t, truncation=False).ids
+        theirs = hf(t, truncation=False)["input_ids"]
+        if ours != theirs:
+            mismatches.append(t[:80])
+    assert not mismatches, f"{len(mismatches)}/{len(texts)} texts differ, e.g. {mismatches[:3]}"
+    assert len(texts) > 1500
+
+
+def test_offsets_on_samples(tiny_tokenizer):
+    for t in _samples_texts(300):
+        _check_offsets(tiny_tokenizer, t)
+
+
 def _corpus_sample(n_per_file: int = 400) -> list[str]:
-    """Lines from the shared corpora and labelled sets (real text with odd characters)."""
+    """Extended (needs ../shared): lines from the shared corpora (also the large docs corpus, whose text the
+    tokenizer never saw) and labelled sets (real text with odd characters)."""
     rng = random.Random(0)
     texts: list[str] = []
     for name in ("corpus_manpages_ja.txt.gz", "corpus_wiki_ja.txt.gz", "corpus_docs_ja.txt.gz"):
@@ -130,6 +163,7 @@ def _corpus_sample(n_per_file: int = 400) -> list[str]:
     return texts
 
 
+@pytest.mark.extended
 def test_parity_with_transformers_on_shared_corpora(tiny_tokenizer, tiny_tokenizer_dir):
     hf = _hf(tiny_tokenizer_dir)
     texts = _corpus_sample()
@@ -143,6 +177,7 @@ def test_parity_with_transformers_on_shared_corpora(tiny_tokenizer, tiny_tokeniz
     assert len(texts) > 1500
 
 
+@pytest.mark.extended
 def test_offsets_on_shared_corpora(tiny_tokenizer):
     for t in _corpus_sample(150):
         _check_offsets(tiny_tokenizer, t)

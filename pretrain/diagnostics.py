@@ -1,0 +1,113 @@
+"""Health checks of a pretraining run: is the discriminator learning, and are its representations input-dependent?
+
+Two failure modes were seen in this kit at CPU budgets (docs/results.md):
+
+* the discriminator answers "original" everywhere (precision/recall 0 at the 0.5 threshold) — thresholded P/R
+  cannot tell "learning slowly" from "not learning", so the probe reports the **AUC** of the discriminator's
+  scores on fresh replaced tokens (0.5 = chance, whatever the base rate);
+* **representation collapse**: the encoder maps every input to (nearly) the same vector, so a task head has
+  nothing to read. The probe reports the spread of the [CLS] vector and of the mean-pooled vector over a fixed
+  batch of probe sequences (mean over hidden units of the standard deviation across sequences, after the final
+  LayerNorm). A random-init tiny encoder gives ≈ 0.01–0.05; a collapsed one ≈ 0.000.
+
+All functions run in eval mode under ``torch.no_grad`` and restore the training mode afterwards.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Area under the ROC curve of ``scores`` for binary ``labels`` (ties count half); NaN if one class."""
+    scores = np.asarray(scores, dtype=np.float64).ravel()
+    labels = np.asarray(labels).astype(bool).ravel()
+    n_pos, n_neg = int(labels.sum()), int((~labels).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    order = np.argsort(scores, kind="mergesort")
+    s = scores[order]
+    ranks = np.empty(len(s), dtype=np.float64)
+    # average ranks over ties
+    i = 0
+    while i < len(s):
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[i]:
+            j += 1
+        ranks[i:j + 1] = (i + j) / 2.0 + 1.0
+        i = j + 1
+    r = np.empty_like(ranks)
+    r[order] = ranks
+    return float((r[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def representation_spread(encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, float]:
+    """Spread of the encoder's final hidden states over the probe batch.
+
+    ``input_ids``/``attention_mask``: ``(B, L)``. ``encoder``: an ``ElectraModel`` (``.electra`` of a head model).
+    Returns ``{"cls_spread", "mean_spread"}``: mean over the hidden units of the std across the ``B`` sequences
+    of the [CLS] vector ``(B, H)`` and of the attention-masked mean-pooled vector ``(B, H)``.
+    """
+    was = encoder.training
+    encoder.eval()
+    with torch.no_grad():
+        h = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state.float()  # (B, L, H)
+        m = attention_mask.unsqueeze(-1).float()
+        pooled = (h * m).sum(1) / m.sum(1).clamp(min=1.0)  # (B, H)
+        out = {"cls_spread": float(h[:, 0].std(0).mean()), "mean_spread": float(pooled.std(0).mean())}
+    encoder.train(was)
+    return out
+
+
+def rtd_auc(pretrainer, original_ids: torch.Tensor, masked_ids: torch.Tensor, positions: torch.Tensor,
+            attention_mask: torch.Tensor) -> dict[str, float]:
+    """Discriminator AUC on replaced tokens of one fresh corruption of the probe batch (all ``(B, L)``).
+
+    The generator fills the masked positions by sampling (as in training); the discriminator scores every
+    non-pad, non-[CLS] token. Returns ``{"disc_auc", "probe_replace_rate"}`` (AUC NaN when nothing was replaced).
+    """
+    was = pretrainer.training
+    pretrainer.eval()
+    with torch.no_grad():
+        logits = pretrainer.generator_logits(masked_ids, attention_mask, positions)
+        disc_input = original_ids.clone()
+        disc_input[positions] = pretrainer.sampler(logits)
+        labels = (disc_input != original_ids) & attention_mask.bool()
+        hidden = pretrainer.discriminator.electra(input_ids=disc_input,
+                                                  attention_mask=attention_mask).last_hidden_state
+        scores = pretrainer.discriminator.discriminator_predictions(hidden).float()  # (B, L)
+        keep = attention_mask.bool().clone()
+        keep[:, 0] = False  # [CLS] is never replaced: a free "original"
+    pretrainer.train(was)
+    k = keep.cpu().numpy()
+    return {"disc_auc": roc_auc(scores.cpu().numpy()[k], labels.cpu().numpy()[k]),
+            "probe_replace_rate": float(labels.sum()) / max(1, int(keep.sum()))}
+
+
+PROBE_SEED = 20_201  # fixed: the probe batch and its corruption are the same at every step of every run
+
+
+def probe_batch(data, n: int = 32):
+    """``(n, L)`` int64 probe sequences: the first ``n`` of a permutation with a seed of their own."""
+    from .data import PackedSequences
+
+    other = PackedSequences.__new__(PackedSequences)
+    other.__dict__.update(data.__dict__)
+    other.seed, other._perm_epoch, other._perm = PROBE_SEED, -1, None
+    return torch.from_numpy(other.batch(0, min(n, len(other))))
+
+
+def run_probe(pretrainer, ids: torch.Tensor, *, pad_id: int, mask_fn) -> dict[str, float]:
+    """All diagnostics on the probe batch ``ids`` ``(B, L)``; the global torch RNG is left as it was, so a
+    probed run and an unprobed one train identically. ``mask_fn(ids) -> Masked`` corrupts the batch."""
+    state = torch.get_rng_state()
+    try:
+        torch.manual_seed(PROBE_SEED)
+        am = (ids != pad_id).long()
+        encoder = getattr(pretrainer, "discriminator", None) or pretrainer.export_model
+        out = representation_spread(encoder.electra, ids, am)
+        if hasattr(pretrainer, "discriminator"):
+            mk = mask_fn(ids)
+            out.update(rtd_auc(pretrainer, ids, mk.input_ids, mk.positions, am))
+        return out
+    finally:
+        torch.set_rng_state(state)
