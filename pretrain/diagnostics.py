@@ -86,14 +86,13 @@ def rtd_auc(pretrainer, original_ids: torch.Tensor, masked_ids: torch.Tensor, po
 PROBE_SEED = 20_201  # fixed: the probe batch and its corruption are the same at every step of every run
 
 
-def probe_batch(data, n: int = 32):
-    """``(n, L)`` int64 probe sequences: the first ``n`` of a permutation with a seed of their own."""
+def probe_batch(cache, seq_len: int, *, cls_id: int, pad_id: int, n: int = 32) -> torch.Tensor:
+    """``(n, L)`` int64 probe sequences of the token ``cache``: the first ``n`` of a permutation with a seed of
+    their own (:data:`PROBE_SEED`), so the probe does not depend on the run's seed or step."""
     from .data import PackedSequences
 
-    other = PackedSequences.__new__(PackedSequences)
-    other.__dict__.update(data.__dict__)
-    other.seed, other._perm_epoch, other._perm = PROBE_SEED, -1, None
-    return torch.from_numpy(other.batch(0, min(n, len(other))))
+    seqs = PackedSequences(cache, seq_len, cls_id=cls_id, pad_id=pad_id, seed=PROBE_SEED)
+    return torch.from_numpy(seqs.batch(0, min(n, len(seqs))))
 
 
 def run_probe(pretrainer, ids: torch.Tensor, *, pad_id: int, mask_fn) -> dict[str, float]:

@@ -29,9 +29,9 @@ import torch
 from models.errors import DenkiError
 from models.fileio import atomic_write_json, atomic_write_text
 
-from . import checkpoint as ck
 from models.pretrain_health import verdict
 
+from . import checkpoint as ck
 from .data import PackedSequences, build_token_cache, file_sha256
 from .diagnostics import probe_batch, run_probe
 from .flops import expected_masked, step_flops
@@ -49,6 +49,8 @@ def default_lr(size: str, objective: str) -> float:
     if objective in RTD_OBJECTIVES and size in DEFAULT_LR_RTD:
         return DEFAULT_LR_RTD[size]
     return DEFAULT_LR[size]
+
+
 # settings that define a run: changing any of them on resume is an error
 IDENTITY_KEYS = ("corpus_sha256", "tokenizer", "size", "objective", "batch_size", "seq_len", "lr", "seed",
                  "mask_prob", "gen_size", "disc_weight", "max_flops", "steps", "warmup_steps", "weight_decay",
@@ -334,7 +336,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
                            vocab_size=tok.vocab_size, split=split)
 
     # health probe (pretrain/diagnostics.py): fixed batch, run at every checkpoint and at the end
-    probe_ids = probe_batch(data).to(device)
+    probe_ids = probe_batch(cache, cfg.seq_len, cls_id=tok.cls_id, pad_id=tok.pad_id).to(device)
     last_diag = None
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else _null()
     metrics_path = out / "metrics.jsonl"

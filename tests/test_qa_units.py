@@ -293,12 +293,17 @@ def test_char_f1_em_and_max_over_references():
     assert max_over_golds("", []) == (1, 1.0) and max_over_golds("x", []) == (0, 0.0)
 
 
-def test_best_threshold_synthetic():
-    # four questions: 2 answerable (span F1 1.0 and 0.5), 2 unanswerable (with spans)
+def _four_questions():
+    """2 answerable (span F1 1.0 and 0.5), 2 unanswerable (with spans): null diffs, span scores, has-answer, span."""
     na = {"a": -3.0, "b": 1.0, "c": -1.0, "d": 2.0}
     sc = {"a": 1.0, "b": 0.5, "c": 0.0, "d": 0.0}
     has = {"a": True, "b": True, "c": False, "d": False}
-    nonempty = dict.fromkeys(na, True)
+    return na, sc, has, dict.fromkeys(na, True)
+
+
+def test_best_threshold_synthetic():
+    # four questions: 2 answerable (span F1 1.0 and 0.5), 2 unanswerable (with spans)
+    na, sc, has, nonempty = _four_questions()
     score, t = best_threshold(na, sc, nonempty, has)
     # answer only "a": 1 + 2 no-answers right = 3/4
     assert score == pytest.approx(75.0) and t == pytest.approx(-3.0)
@@ -339,10 +344,7 @@ def test_squad_v2_metrics_keys_and_values():
 def test_best_threshold_midpoint_same_score_with_margin():
     # the same four questions as test_best_threshold_synthetic: answering only "a" (-3.0) is best; the next diff is
     # "c" at -1.0, so every threshold in [-3, -1) scores 75%
-    na = {"a": -3.0, "b": 1.0, "c": -1.0, "d": 2.0}
-    sc = {"a": 1.0, "b": 0.5, "c": 0.0, "d": 0.0}
-    has = {"a": True, "b": True, "c": False, "d": False}
-    nonempty = dict.fromkeys(na, True)
+    na, sc, has, nonempty = _four_questions()
     s_sample, t_sample = best_threshold(na, sc, nonempty, has)
     s_mid, t_mid = best_threshold(na, sc, nonempty, has, at="midpoint")
     assert t_sample == pytest.approx(-3.0)  # the official choice: on question a's own score (zero margin)

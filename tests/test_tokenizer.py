@@ -123,17 +123,20 @@ def _samples_texts(n_corpus: int = 1000) -> list[str]:
     return texts
 
 
-def test_parity_with_transformers_on_samples(tiny_tokenizer, tiny_tokenizer_dir):
-    hf = _hf(tiny_tokenizer_dir)
-    texts = _samples_texts()
+def _assert_same_ids(tok, hf, texts: list[str]) -> None:
+    """denki's ids equal BertJapaneseTokenizer's on every text (> 1,500 of them)."""
     mismatches = []
     for t in texts:
-        ours = tiny_tokenizer.encode(t, truncation=False).ids
+        ours = tok.encode(t, truncation=False).ids
         theirs = hf(t, truncation=False)["input_ids"]
         if ours != theirs:
             mismatches.append(t[:80])
     assert not mismatches, f"{len(mismatches)}/{len(texts)} texts differ, e.g. {mismatches[:3]}"
     assert len(texts) > 1500
+
+
+def test_parity_with_transformers_on_samples(tiny_tokenizer, tiny_tokenizer_dir):
+    _assert_same_ids(tiny_tokenizer, _hf(tiny_tokenizer_dir), _samples_texts())
 
 
 def test_offsets_on_samples(tiny_tokenizer):
@@ -165,16 +168,7 @@ def _corpus_sample(n_per_file: int = 400) -> list[str]:
 
 @pytest.mark.extended
 def test_parity_with_transformers_on_shared_corpora(tiny_tokenizer, tiny_tokenizer_dir):
-    hf = _hf(tiny_tokenizer_dir)
-    texts = _corpus_sample()
-    mismatches = []
-    for t in texts:
-        ours = tiny_tokenizer.encode(t, truncation=False).ids
-        theirs = hf(t, truncation=False)["input_ids"]
-        if ours != theirs:
-            mismatches.append(t[:80])
-    assert not mismatches, f"{len(mismatches)}/{len(texts)} texts differ, e.g. {mismatches[:3]}"
-    assert len(texts) > 1500
+    _assert_same_ids(tiny_tokenizer, _hf(tiny_tokenizer_dir), _corpus_sample())
 
 
 @pytest.mark.extended
