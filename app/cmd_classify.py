@@ -38,12 +38,14 @@ def register_finetune(sub) -> None:
     p.add_argument("--label-field", default="label")
     p.add_argument("--seeds", type=int, default=3, help="number of seeds (median reported and kept)")
     p.add_argument("--seed", type=int, default=0, help="first seed (seeds are SEED..SEED+N-1)")
-    p.add_argument("--epochs", type=int, default=5, help="max epochs (early stopping on dev macro-F1); 0 = no training, only re-fit the "
+    p.add_argument("--epochs", type=int, default=10, help="max epochs (early stopping on dev macro-F1); 0 = no training, only re-fit the "
                    "routing rule (temperature, offsets, threshold) of a classifier bundle given as --model")
-    p.add_argument("--patience", type=int, default=2, help="epochs without dev macro-F1 gain before stopping")
+    p.add_argument("--patience", type=int, default=3, help="epochs without dev macro-F1 gain before stopping")
     p.add_argument("--lr", type=float, default=None,
-                   help="peak learning rate (default: 3e-4 for hidden ≤256, 1e-4 for larger; choose on dev)")
-    p.add_argument("--layer-decay", type=float, default=0.8, help="layer-wise LR decay (official ELECTRA: 0.8)")
+                   help="peak learning rate (default: 1e-3 for tiny (hidden ≤128), 3e-4 for small (≤256), 1e-4 for "
+                        "larger; measured in docs/results.md; choose on dev)")
+    p.add_argument("--layer-decay", type=float, default=None,
+                   help="layer-wise LR decay (default: 1.0 for tiny, 0.8 = official ELECTRA for larger)")
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--warmup-ratio", type=float, default=0.1)
     p.add_argument("--batch-size", type=int, default=32)

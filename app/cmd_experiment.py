@@ -36,7 +36,9 @@ def register(sub) -> None:
                                                     "(default $DENKI_SHARED_DATA or ../shared/data)")
     e.add_argument("--max-train", type=int, default=2000, help="subsample each task's train set (0 = all)")
     e.add_argument("--max-dev", type=int, default=500, help="subsample each task's dev set (0 = all)")
-    e.add_argument("--epochs", type=float, default=3, help="fine-tuning epochs (classification rounds to int)")
+    e.add_argument("--epochs", type=float, default=None,
+                   help="fine-tuning epochs (classification rounds to int; default: the fine-tuners' own, "
+                        "classify 10 with early stopping, QA 2)")
     e.add_argument("--lr", type=float, default=None, help="fine-tuning LR (default: the fine-tuners' own)")
     e.add_argument("--max-length", type=int, default=128, help="classification max tokens")
     e.add_argument("--qa-max-length", type=int, default=256, help="QA window length")

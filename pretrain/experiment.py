@@ -132,7 +132,7 @@ class ExperimentConfig:
     random_init: bool = True
     electra15: bool = False          # also pretrain the "ELECTRA 15%" ablation at every budget
     # fine-tuning
-    epochs: float = 3
+    epochs: float | None = None      # None: the fine-tuners' own defaults (classify 10, QA 2)
     lr: float | None = None          # None: each fine-tuner's default (3e-4 for tiny encoders)
     max_length: int = 128            # classification
     qa_max_length: int = 256
@@ -320,8 +320,9 @@ def _finetune_stage(cfg: ExperimentConfig, model: Model, task: TaskSpec, seed: i
     if task.kind == "classify":
         from models.classify import FinetuneConfig, finetune
 
-        fc = FinetuneConfig(epochs=int(max(1, round(cfg.epochs))), max_length=cfg.max_length, seeds=[seed],
-                            device=cfg.device, progress=cfg.progress, lr=cfg.lr)
+        ep = {} if cfg.epochs is None else {"epochs": int(max(1, round(cfg.epochs)))}
+        fc = FinetuneConfig(max_length=cfg.max_length, seeds=[seed], device=cfg.device, progress=cfg.progress,
+                            lr=cfg.lr, **ep)
         rep = finetune(train_path=task.train, dev_path=task.dev, out_dir=str(d), model=str(model.bundle),
                        text_field=task.text_field, label_field=task.label_field, cfg=fc, baseline=False)
         s = rep["seeds"][0]
@@ -331,10 +332,12 @@ def _finetune_stage(cfg: ExperimentConfig, model: Model, task: TaskSpec, seed: i
         from models.qa import finetune_qa
 
         kw = {"lr": cfg.lr} if cfg.lr is not None else {}
+        if cfg.epochs is not None:
+            kw["epochs"] = cfg.epochs
         rep = finetune_qa(model=str(model.bundle), train=task.train, dev=task.dev, out=str(d),
                           max_length=cfg.qa_max_length,
                           doc_stride=cfg.qa_doc_stride or cfg.qa_max_length // 2, seeds=1, seed=seed,
-                          epochs=cfg.epochs, device=cfg.device, progress=cfg.progress, **kw)
+                          device=cfg.device, progress=cfg.progress, **kw)
         m = rep["seeds"][0]["dev_metrics"]
         res = {k: m.get(k) for k in ("best_f1", "f1", "exact", "HasAns_f1", "NoAns_exact", "best_exact",
                                      QA_SPAN_METRIC)}

@@ -1,0 +1,126 @@
+"""The GPU tier in one command (issue 15, item 5): ELECTRA-Small vs MLM-Small at equal FLOPs on a CUDA machine.
+
+Steps (each a plain ``denki`` command, printed before it runs, so any step can be rerun by hand):
+
+1. tokenizer — ``denki tokenizer train`` on the corpora (skipped with ``--tokenizer DIR``);
+2. calibration — a 40-step ELECTRA pretraining run measures this machine's training FLOP/s; the budget is
+   ``FLOP/s × --pretrain-seconds`` (the largest that fits the time given to each encoder), unless ``--budget``;
+3. ``denki experiment electra-vs-mlm`` — ELECTRA and MLM at that budget (bf16 autocast on CUDA), a random-init
+   control, fine-tuned on livedoor-title (macro-F1) and JaQuAD QA (F1) with ``--seeds`` seeds, dev scores;
+4. ``denki export --fp16`` of the ELECTRA livedoor-title router (seed 0) behind the parity gate;
+5. ``denki bench latency`` on it (CUDA fp16 beside the CPU backends when a GPU is usable).
+
+Writes ``OUT/gpu_tier.json`` (budget, FLOP/s, per-step wall times, the experiment's scores, latency) and
+``OUT/gpu_tier.md``. On an H200 the defaults aim at ≤ 10 minutes in all (3 min per encoder + fine-tuning/export);
+``--dry-run`` runs the same chain on CPU at tiny size with a 5-second budget and small task subsets, to check that it
+works before GPU time is spent::
+
+    python bench/gpu_tier.py --out runs/gpu-tier                    # on the CUDA machine
+    python bench/gpu_tier.py --dry-run --tokenizer runs/tok8k --out runs/gpu-tier-dry   # CPU check
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def sh(cmd: list[str], log: list[dict], name: str) -> float:
+    """Run one denki step, echo it, record its wall time; stop the script on failure."""
+    print(f"\n$ {shlex.join(cmd)}", flush=True)
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    dt = time.perf_counter() - t
+    log.append({"step": name, "seconds": round(dt, 1), "command": shlex.join(cmd)})
+    print(f"[gpu-tier] {name}: {dt:.0f} s", flush=True)
+    return dt
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="runs/gpu-tier")
+    p.add_argument("--data-dir", default=os.environ.get("DENKI_SHARED_DATA", str(ROOT.parent / "shared" / "data")))
+    p.add_argument("--tokenizer", default=None, help="existing tokenizer directory (else trained on the corpora)")
+    p.add_argument("--size", default="small")
+    p.add_argument("--budget", type=float, default=None, help="pretraining FLOPs per encoder (default: calibrated)")
+    p.add_argument("--pretrain-seconds", type=float, default=180.0, help="time per encoder the budget is sized to")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--max-train", type=int, default=0, help="task train subsample (0 = all)")
+    p.add_argument("--max-dev", type=int, default=0)
+    p.add_argument("--epochs", type=float, default=2)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--cache-dir", default=None, help="token cache (default OUT/cache)")
+    p.add_argument("--dry-run", action="store_true", help="CPU, tiny size, tiny budget, small subsets")
+    a = p.parse_args(argv)
+    if a.dry_run:
+        a.device, a.size, a.pretrain_seconds, a.batch_size = "cpu", "tiny", 5.0, 16
+        a.max_train, a.max_dev, a.epochs = a.max_train or 200, a.max_dev or 100, 1
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    d = Path(a.data_dir)
+    corpus = [str(d / "corpus_manpages_ja.txt.gz"), str(d / "corpus_wiki_ja.txt.gz")]
+    denki = [sys.executable, "-m", "app.cli"]
+    cache = a.cache_dir or str(out / "cache")
+    log: list[dict] = []
+    t0 = time.perf_counter()
+
+    tok = a.tokenizer or str(out / "tok")
+    if not a.tokenizer and not (out / "tok" / "vocab.txt").is_file():
+        sh(denki + ["tokenizer", "train", "--corpus", *corpus, "--vocab-size", "8000", "--out", tok], log, "tokenizer")
+
+    flops_per_s = None
+    if a.budget is None:  # calibrate: 40 steps, then size the budget to the time given per encoder
+        cal = out / "calibrate"
+        sh(denki + ["pretrain", "--corpus", *corpus, "--tokenizer", tok, "--size", a.size, "--objective", "electra",
+                    "--steps", "40", "--batch-size", str(a.batch_size), "--device", a.device, "--no-export",
+                    "--cache-dir", cache, "--out", str(cal)], log, "calibrate")
+        rows = [json.loads(x) for x in (cal / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        # steady state: drop the first rows (compilation, cache warm-up)
+        r0, r1 = rows[len(rows) // 2], rows[-1]
+        flops_per_s = (r1["flops"] - r0["flops"]) / max(1e-9, r1["wall_s"] - r0["wall_s"])
+        a.budget = float(f"{flops_per_s * a.pretrain_seconds:.2g}")
+        print(f"[gpu-tier] {flops_per_s:.3g} training FLOP/s → budget {a.budget:.2g} FLOPs per encoder", flush=True)
+
+    exp = out / "experiment"
+    sh(denki + ["experiment", "electra-vs-mlm", "--corpus", *corpus, "--tokenizer", tok, "--size", a.size,
+                "--flops-budgets", f"{a.budget:g}", "--tasks", "livedoor-title,jaquad-qa", "--seeds", str(a.seeds),
+                "--data-dir", str(d), "--max-train", str(a.max_train), "--max-dev", str(a.max_dev),
+                "--epochs", f"{a.epochs:g}", "--batch-size", str(a.batch_size), "--device", a.device,
+                "--keep-finetuned", "--cache-dir", cache, "--no-progress", "--out", str(exp)],
+       log, "experiment")
+    from pretrain.experiment import budget_tag
+
+    router = exp / "finetune" / f"electra-{budget_tag(a.budget)}" / "livedoor-title" / "seed-0"
+    onnx = out / "router-onnx"
+    sh(denki + ["export", "--model", str(router), "--out", str(onnx), "--fp16"], log, "export fp16")
+    sh(denki + ["bench", "latency", "--model", str(onnx), "--out", str(out / "latency")], log, "latency")
+
+    report = json.loads((exp / "report.json").read_text(encoding="utf-8"))
+    lat = json.loads((out / "latency" / "latency.json").read_text(encoding="utf-8"))
+    res = {"device": a.device, "size": a.size, "budget_flops": a.budget, "train_flops_per_s": flops_per_s,
+           "wall_s": round(time.perf_counter() - t0, 1), "steps": log, "experiment": report, "latency": lat}
+    tmp = out / "gpu_tier.json.tmp"
+    tmp.write_text(json.dumps(res, ensure_ascii=False, indent=1), encoding="utf-8")
+    os.replace(tmp, out / "gpu_tier.json")
+    md = [f"# GPU tier: {a.size}, {a.budget:.2g} FLOPs per encoder, device {a.device}", "",
+          f"total {res['wall_s']:.0f} s; training FLOP/s {flops_per_s or float('nan'):.3g}", "",
+          "| step | s | command |", "|---|---|---|"]
+    md += [f"| {s['step']} | {s['seconds']} | `{s['command']}` |" for s in log]
+    md += ["", (exp / "report.md").read_text(encoding="utf-8"), "",
+           (out / "latency" / "latency.md").read_text(encoding="utf-8")]
+    (out / "gpu_tier.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    print(f"[gpu-tier] done in {res['wall_s']:.0f} s: {out / 'gpu_tier.md'}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
