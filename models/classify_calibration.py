@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from .decision import softmax
-from .metrics import classification_metrics, nll
+from models.decision import softmax
+from models.metrics import classification_metrics, nll
 
 EPS = 1e-6
 

@@ -19,8 +19,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InputError
-from .textio import open_binary
+from models.errors import InputError
+from models.textio import open_binary
 
 
 @dataclass

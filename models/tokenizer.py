@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DenkiError
-from .fileio import atomic_write_json, atomic_write_text
-from .normalize import nfkc_with_alignment
+from models.errors import DenkiError
+from models.fileio import atomic_write_json, atomic_write_text
+from models.normalize import nfkc_with_alignment
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]  # ids 0..4 in every denki vocabulary
@@ -445,8 +445,8 @@ def train_tokenizer(corpus_files: Sequence[str | os.PathLike], vocab_size: int =
 
     from tqdm.auto import tqdm
 
-    from .textio import count_lines, iter_corpus, iter_lines
-    from .wordpiece_trainer import train_wordpiece
+    from models.textio import count_lines, iter_corpus, iter_lines
+    from models.wordpiece_trainer import train_wordpiece
 
     if vocab_size <= len(SPECIAL_TOKENS):
         raise DenkiError(f"--vocab-size must be larger than {len(SPECIAL_TOKENS)}")
