@@ -125,7 +125,7 @@ def cmd_finetune(args) -> int:
 def cmd_evaluate(args) -> int:
     from models.bundle import read_manifest
     from models.classify_eval import evaluate_bundle, resolve_bundle
-    from models.fileio import atomic_write_json
+    from models.io.fileio import atomic_write_json
 
     bundle = resolve_bundle(args.model)
     fn = None

@@ -58,7 +58,7 @@ def register(sub) -> None:
 
 
 def cmd_electra_vs_mlm(args) -> int:
-    from models.errors import DenkiError
+    from models.io.errors import DenkiError
     from pretrain.experiment import ExperimentConfig, default_data_dir, parse_budgets, parse_task, run_experiment
 
     data_dir = args.data_dir or default_data_dir()

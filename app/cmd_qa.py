@@ -86,7 +86,7 @@ def _evaluate(args) -> int:
     from models.bundle import read_manifest, resolve_bundle
 
     if read_manifest(resolve_bundle(args.model)).get("kind") == "onnx-qa":  # ONNX bundles: the torch-free runtime
-        from models.fileio import atomic_write_json
+        from models.io.fileio import atomic_write_json
         from serve.evaluate import evaluate_onnx_qa
 
         out, res = evaluate_onnx_qa(args.model, args.data, limit=args.max_examples,

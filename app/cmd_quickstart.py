@@ -95,8 +95,8 @@ def _pin_threads(n: int) -> None:
 
 def cmd_quickstart(args) -> int:
     from models.bundle import read_manifest
-    from models.errors import DenkiError
-    from models.tokenizer import train_tokenizer
+    from models.io.errors import DenkiError
+    from models.text.tokenizer import train_tokenizer
 
     if args.threads < 1:
         raise DenkiError("--threads must be at least 1")
@@ -176,7 +176,7 @@ def cmd_quickstart(args) -> int:
 
     def evaluate():
         from models.classify_eval import evaluate_logits, label_indices
-        from models.records import read_labelled
+        from models.io.records import read_labelled
         from serve.evaluate import evaluate_onnx_qa, onnx_logits_fn
 
         fn = onnx_logits_fn(cls_onnx)
@@ -210,7 +210,7 @@ def cmd_quickstart(args) -> int:
             "left_out": {"classifier": read_manifest(cls_onnx)["metrics"].get("left_out", []),
                          "qa": read_manifest(qa_onnx)["metrics"].get("left_out", [])},
         }
-        from models.fileio import atomic_write_json
+        from models.io.fileio import atomic_write_json
 
         atomic_write_json(summary_path, summary)
 

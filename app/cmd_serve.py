@@ -97,7 +97,7 @@ def cmd_classify(args) -> int:
     from serve.batch import classify_file
 
     if args.engine == "ray":
-        from models.errors import DenkiError
+        from models.io.errors import DenkiError
         from serve.ray_batch import classify_files_ray
 
         if args.resume:

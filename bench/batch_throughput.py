@@ -42,7 +42,7 @@ def main() -> None:
     from transformers import pipeline
 
     from models.bundle import read_manifest, read_task
-    from models.records import iter_records
+    from models.io.records import iter_records
     from serve.batch import classify_file
     from serve.runtime import resolve_onnx_bundle
 

@@ -226,7 +226,7 @@ def main() -> int:
     if "rtd_vs_naive_time" in result:
         print(f"RTD / naive RTD step time: {result['rtd_vs_naive_time']:.2f}")
     if args.json:
-        from models.fileio import atomic_write_json
+        from models.io.fileio import atomic_write_json
 
         atomic_write_json(args.json, result)
     return 0

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from models.classify_eval import evaluate_bundle as evaluate  # noqa: F401  (torch-free; re-exported here)
 from models.classify_eval import resolve_bundle
 from models.pretrain_health import warn_if_unlearned
-from models.errors import DenkiError
+from models.io.errors import DenkiError
 
 DEFAULT_LR_SMALL = 3e-4  # ELECTRA-Small / tiny (paper, Table 7); 1e-4 underfits tiny encoders badly (DESIGN.md)
 DEFAULT_LR_BASE = 1e-4   # ELECTRA-Base
@@ -272,9 +272,9 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     from models.classify_calibration import choose_threshold, fit_min_recall_offsets, fit_temperature, offsets_cost
     from models.classify_eval import evaluate_logits, label_indices
     from models.classify_report import write_report
-    from models.fileio import atomic_write_text, sha256_file
-    from models.records import check_label_sets, read_labelled
-    from models.tokenizer import JapaneseTokenizer
+    from models.io.fileio import atomic_write_text, sha256_file
+    from models.io.records import check_label_sets, read_labelled
+    from models.text.tokenizer import JapaneseTokenizer
     from models.training import median_index, pick_device
 
     cfg = cfg or FinetuneConfig()
@@ -456,7 +456,7 @@ def torch_logits_fn(bundle_dir: Path, *, device: str = "auto", batch_size: int =
 
     from models.bundle import read_task
     from models.bundle_torch import load_model
-    from models.tokenizer import JapaneseTokenizer
+    from models.text.tokenizer import JapaneseTokenizer
     from models.training import pick_device
 
     task = read_task(bundle_dir)

@@ -16,7 +16,7 @@ from models.metrics import classification_metrics, coverage_curve, ece, nll, rel
 def label_indices(labels: list[str], task_labels: list[str], path: str, lines: list[int],
                   field: str = "label") -> np.ndarray:
     """Map gold label strings to the bundle's label indices; an unknown label is an :class:`InputError`."""
-    from models.errors import InputError
+    from models.io.errors import InputError
 
     index = {lab: i for i, lab in enumerate(task_labels)}
     out = np.empty(len(labels), dtype=np.int64)
@@ -77,8 +77,8 @@ def evaluate_bundle(model_dir: str | os.PathLike, data_path: str | os.PathLike, 
     loaded (torch imported only then). ONNX bundles need it passed in (``serve.evaluate.onnx_logits_fn``; the
     ``models`` layer does not import ``serve``)."""
     from models.bundle import read_manifest, read_task
-    from models.errors import DenkiError
-    from models.records import read_labelled
+    from models.io.errors import DenkiError
+    from models.io.records import read_labelled
 
     bundle_dir = resolve_bundle(model_dir)
     manifest = read_manifest(bundle_dir)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.fileio import atomic_write_json, atomic_write_text
+from models.io.fileio import atomic_write_json, atomic_write_text
 
 
 def _f(x, nd: int = 3) -> str:

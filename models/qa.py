@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.errors import DenkiError
-from models.fileio import atomic_write_json, atomic_write_text
+from models.io.errors import DenkiError
+from models.io.fileio import atomic_write_json, atomic_write_text
 from models.qa_data import QAData, QAExample, read_qa
 from models.qa_features import QAFeatures, build_features
 from models.qa_metrics import f1_vs_threshold, max_over_golds, squad_v2_metrics
@@ -199,7 +199,7 @@ def error_examples(examples: list[QAExample], results: dict[str, dict], k: int =
 
 def plot_report(out_dir: Path, examples: list[QAExample], results: dict[str, dict], threshold: float) -> list[str]:
     """Two PNGs: histogram of ``null_score_diff`` for HasAns vs NoAns; overall F1 vs threshold."""
-    from models.plotting import setup_matplotlib
+    from models.io.plotting import setup_matplotlib
 
     plt = setup_matplotlib()
 
@@ -334,7 +334,7 @@ def finetune_qa(*, model: str, train: str, dev: str, out: str, max_length: int =
     from models.bundle import command_line, read_manifest
     from models.pretrain_health import warn_if_unlearned
     from models.bundle_torch import save_bundle
-    from models.tokenizer import JapaneseTokenizer
+    from models.text.tokenizer import JapaneseTokenizer
     from models.training import median_index, pick_device
 
     if threads:
@@ -442,7 +442,7 @@ def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predic
 
     from models.bundle import read_task, resolve_bundle, verify_bundle
     from models.bundle_torch import load_model
-    from models.tokenizer import JapaneseTokenizer
+    from models.text.tokenizer import JapaneseTokenizer
     from models.training import pick_device
 
     if threads:

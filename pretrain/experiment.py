@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.errors import DenkiError, InputError
-from models.fileio import atomic_write_json, atomic_write_text
+from models.io.errors import DenkiError, InputError
+from models.io.fileio import atomic_write_json, atomic_write_text
 
 # ------------------------------------------------------------------------------------------------ tasks
 #: built-in task names → files in the shared data folder (see ../shared/data/README.md)
@@ -191,7 +191,7 @@ def prepare_task_data(spec: TaskSpec, out_dir: Path, max_train: int | None, max_
     d.mkdir(parents=True, exist_ok=True)
     counts = {}
     if spec.kind == "classify":
-        from models.records import iter_records
+        from models.io.records import iter_records
 
         fields = [f for f in spec.text_field.split("+") if f] + [spec.label_field]
         train_labels = None
@@ -269,7 +269,7 @@ def cls_probe(bundle: Path, texts: list[str], out_json: Path, max_length: int = 
     from transformers import ElectraModel
 
     from models.bundle_torch import load_model
-    from models.tokenizer import JapaneseTokenizer
+    from models.text.tokenizer import JapaneseTokenizer
 
     tok = JapaneseTokenizer.load(bundle)
     model = load_model(bundle, ElectraModel).eval()
@@ -292,7 +292,7 @@ def cls_probe(bundle: Path, texts: list[str], out_json: Path, max_length: int = 
 
 
 def _probe_texts(corpus: list[str], n: int = 64) -> list[str]:
-    from models.textio import iter_corpus
+    from models.io.textio import iter_corpus
 
     texts = []
     for item in iter_corpus(corpus):
@@ -541,7 +541,7 @@ def plot_score_vs_flops(report: dict, path: Path) -> None:
     the random-init control as a dashed line."""
     from matplotlib.ticker import NullFormatter
 
-    from models.plotting import setup_matplotlib
+    from models.io.plotting import setup_matplotlib
 
     plt = setup_matplotlib()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from models.errors import DenkiError
+from models.io.errors import DenkiError
 
 
 def export_bundle(model, tokenizer_dir, out_dir, *, source: dict, metrics: dict) -> dict:

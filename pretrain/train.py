@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.errors import DenkiError
-from models.fileio import atomic_write_json, atomic_write_text
+from models.io.errors import DenkiError
+from models.io.fileio import atomic_write_json, atomic_write_text
 
 from models.pretrain_health import verdict
 
@@ -201,7 +201,7 @@ def read_metrics(out: str | os.PathLike) -> list[dict]:
 
 
 def plot_curves(rows: list[dict], path: str | os.PathLike, title: str = "") -> None:
-    from models.plotting import setup_matplotlib
+    from models.io.plotting import setup_matplotlib
 
     plt = setup_matplotlib()
 
@@ -255,7 +255,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
 
     from models.bundle_torch import copy_tokenizer
     from models.presets import SIZES, electra_config, generator_config
-    from models.tokenizer import JapaneseTokenizer
+    from models.text.tokenizer import JapaneseTokenizer
     from models.training import build_optimizer, set_seed, warmup_linear_schedule
 
     from .export import export_bundle

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from models.bundle import command_line, read_manifest, read_task, resolve_bundle, verify_bundle, write_manifest
-from models.errors import DenkiError
-from models.fileio import replace_dir
+from models.io.errors import DenkiError
+from models.io.fileio import replace_dir
 
 TASKS = {"classifier": ("text-classification", "onnx-classifier"), "qa": ("question-answering", "onnx-qa")}
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "denki_tokenizer.json")
@@ -85,7 +85,7 @@ def _load_parity(src: Path, kind: str, parity_data: str | None, task: dict, limi
     """Texts (+ labels) for a classifier, (question, context) pairs for QA."""
     if parity_data:
         if kind == "classifier":
-            from models.records import read_labelled
+            from models.io.records import read_labelled
 
             data = read_labelled(parity_data, task.get("text_field", "text"), task.get("label_field", "label"))
             return {"texts": list(data.texts)[:limit], "labels": list(data.labels)[:limit]}
@@ -286,7 +286,7 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
     """
     from tqdm.auto import tqdm
 
-    from models.tokenizer import JapaneseTokenizer
+    from models.text.tokenizer import JapaneseTokenizer
 
     _quiet()
     src = resolve_bundle(model_dir)

@@ -30,7 +30,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from models.errors import DenkiError
+from models.io.errors import DenkiError
 from serve.microbatch import BatchStats, MicroBatcher, QueueFull, ShuttingDown
 from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS
 

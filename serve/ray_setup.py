@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.errors import DenkiError
+from models.io.errors import DenkiError
 
 #: environment of every Ray worker (and of this process before ``import ray``)
 WORKER_ENV = {

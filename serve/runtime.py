@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from models.bundle import read_manifest, read_task, resolve_bundle, verify_bundle
-from models.errors import DenkiError
-from models.tokenizer import JapaneseTokenizer
+from models.io.errors import DenkiError
+from models.text.tokenizer import JapaneseTokenizer
 
 MODEL_FILES = {"fp32": "model.onnx", "o2": "model.o2.onnx", "int8": "model.int8.onnx", "fp16": "model.fp16.onnx"}
 ONNX_KINDS = ("onnx-classifier", "onnx-qa")

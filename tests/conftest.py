@@ -38,7 +38,7 @@ def shared(name: str) -> Path:
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tmp_path_factory) -> Path:
     """A 4,000-token tokenizer trained on the shipped sample corpus (≈1 s)."""
-    from models.tokenizer import train_tokenizer
+    from models.text.tokenizer import train_tokenizer
 
     out = tmp_path_factory.mktemp("tok")
     train_tokenizer([SAMPLE_CORPUS], vocab_size=4000, limit_alphabet=1500, progress=False).save(out)
@@ -47,7 +47,7 @@ def tiny_tokenizer_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_tokenizer_dir):
-    from models.tokenizer import JapaneseTokenizer
+    from models.text.tokenizer import JapaneseTokenizer
 
     return JapaneseTokenizer.load(tiny_tokenizer_dir)
 
@@ -96,7 +96,7 @@ def classifier_bundle(tmp_path_factory, tiny_tokenizer_dir):
 
     from models.bundle_torch import save_bundle
     from models.presets import electra_config
-    from models.tokenizer import JapaneseTokenizer
+    from models.text.tokenizer import JapaneseTokenizer
 
     rows = inquiry_rows()
     labels = sorted({r["label"] for r in rows})
@@ -142,7 +142,7 @@ def qa_bundle(tmp_path_factory, tiny_tokenizer_dir):
 
     from models.bundle_torch import save_bundle
     from models.presets import electra_config
-    from models.tokenizer import JapaneseTokenizer
+    from models.text.tokenizer import JapaneseTokenizer
 
     rows = read_jsonl(SAMPLE_QA_DEV)[:24]
     tok = JapaneseTokenizer.load(tiny_tokenizer_dir)

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from models.errors import DenkiError  # noqa: E402
+from models.io.errors import DenkiError  # noqa: E402
 from serve.http import Metrics, ServerSettings, create_app  # noqa: E402
 from serve.microbatch import MicroBatcher, QueueFull  # noqa: E402
 from serve.runtime import Predictor  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from models.errors import DenkiError, InputError
+from models.io.errors import DenkiError, InputError
 from pretrain import checkpoint as ck
 from pretrain.data import PackedSequences, build_token_cache
 from pretrain.flops import step_flops
@@ -365,7 +365,7 @@ def test_ddp_two_cpu_processes_gloo(tiny_tokenizer_dir, cache_dir, tmp_path):
     from pretrain.train import spawn_local
 
     cfg = _cfg(tiny_tokenizer_dir, tmp_path / "ddp", cache_dir, steps=3, batch_size=2, log_every=1, save_every=3)
-    build_token_cache(cfg.corpus, __import__("models.tokenizer", fromlist=["x"]).JapaneseTokenizer.load(
+    build_token_cache(cfg.corpus, __import__("models.text.tokenizer", fromlist=["x"]).JapaneseTokenizer.load(
         tiny_tokenizer_dir), cache_dir, progress=False)
     spawn_local(cfg, world=2, port=_free_port())
     s = json.loads((tmp_path / "ddp" / "summary.json").read_text())

@@ -27,7 +27,7 @@ TRIVIAL_ACC = 1 / len(WORDS)  # a unigram guess (the words are equally frequent)
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     """``(corpus, tokenizer_dir, cache_dir)``: 1,500 lines, each one of 30 words repeated 48 times."""
-    from models.tokenizer import train_tokenizer
+    from models.text.tokenizer import train_tokenizer
 
     d = tmp_path_factory.mktemp("learns")
     r = random.Random(0)

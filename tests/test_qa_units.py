@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from .conftest import REPO, SAMPLE_QA_DEV, SAMPLE_QA_TRAIN
-from models.errors import InputError
+from models.io.errors import InputError
 from models.qa_data import QAExample, read_qa
 from models.qa_features import answer_token_span, build_features
 from models.qa_metrics import (best_threshold, exact_score, f1_score, f1_vs_threshold, max_over_golds,

@@ -27,7 +27,7 @@ import pytest
 
 from app.cli import main
 from models.bundle import read_manifest, verify_bundle
-from models.errors import DenkiError
+from models.io.errors import DenkiError
 
 from .conftest import SAMPLE_QA_DEV, read_jsonl
 
@@ -77,7 +77,7 @@ def _null_diffs(model, tok, pairs, task) -> np.ndarray:
 def degenerate(tmp_path_factory, tiny_tokenizer_dir):
     """``{"inside": bundle, "margin": bundle, "diffs": array, "onnx": dir of converted files}``."""
     from models.bundle_torch import save_bundle
-    from models.tokenizer import JapaneseTokenizer
+    from models.text.tokenizer import JapaneseTokenizer
 
     root = tmp_path_factory.mktemp("degenerate")
     tok = JapaneseTokenizer.load(tiny_tokenizer_dir)

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from models.errors import DenkiError
+from models.io.errors import DenkiError
 
 from .conftest import REPO, inquiry_rows
 
