@@ -123,7 +123,7 @@ def cmd_finetune(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from models.bundle import read_manifest
+    from models.bundle.format import read_manifest
     from models.classify_eval import evaluate_bundle, resolve_bundle
     from models.io.fileio import atomic_write_json
 

@@ -83,7 +83,7 @@ def _finetune(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from models.bundle import read_manifest, resolve_bundle
+    from models.bundle.format import read_manifest, resolve_bundle
 
     if read_manifest(resolve_bundle(args.model)).get("kind") == "onnx-qa":  # ONNX bundles: the torch-free runtime
         from models.io.fileio import atomic_write_json

@@ -94,7 +94,7 @@ def _pin_threads(n: int) -> None:
 
 
 def cmd_quickstart(args) -> int:
-    from models.bundle import read_manifest
+    from models.bundle.format import read_manifest
     from models.io.errors import DenkiError
     from models.text.tokenizer import train_tokenizer
 
@@ -237,7 +237,7 @@ def _pick(m: dict) -> dict:
 
 
 def _health(p: dict) -> str:
-    """The pretraining health probe in the summary row (models/pretrain_health.py: the same test finetune uses)."""
+    """The pretraining health probe in the summary row (models/training/pretrain_health.py: the same test finetune uses)."""
     d = p.get("diagnostics") or {}
     if not d:
         return ""

@@ -41,7 +41,7 @@ def main() -> None:
     import torch
     from transformers import pipeline
 
-    from models.bundle import read_manifest, read_task
+    from models.bundle.format import read_manifest, read_task
     from models.io.records import iter_records
     from serve.batch import classify_file
     from serve.runtime import resolve_onnx_bundle

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from models.classify_eval import evaluate_bundle as evaluate  # noqa: F401  (torch-free; re-exported here)
 from models.classify_eval import resolve_bundle
-from models.pretrain_health import warn_if_unlearned
+from models.training.pretrain_health import warn_if_unlearned
 from models.io.errors import DenkiError
 
 DEFAULT_LR_SMALL = 3e-4  # ELECTRA-Small / tiny (paper, Table 7); 1e-4 underfits tiny encoders badly (DESIGN.md)
@@ -138,9 +138,9 @@ def make_model_factory(*, labels: list[str], bundle: str | None = None, random_s
     from transformers import ElectraForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from models.bundle_torch import load_model
-    from models.presets import electra_config
-    from models.training import set_seed
+    from models.bundle.pytorch import load_model
+    from models.bundle.presets import electra_config
+    from models.training.loop import set_seed
 
     id2label = dict(enumerate(labels))
     label2id = {lab: i for i, lab in enumerate(labels)}
@@ -175,7 +175,7 @@ def train_one_seed(make_model, seed: int, train_ids: list[np.ndarray], train_gol
                    *, pad_id: int = 0) -> dict:
     """Fine-tune one seed; return ``{seed, state (best epoch, CPU tensors), dev_logits, best_epoch, history,
     seconds, lr, accuracy, macro_f1}``."""
-    from models.training import build_optimizer, pick_device, set_seed, warmup_linear_schedule
+    from models.training.loop import build_optimizer, pick_device, set_seed, warmup_linear_schedule
 
     device = pick_device(cfg.device)
     model = make_model(seed).to(device)
@@ -255,7 +255,7 @@ def _subsample(data, n: int | None, seed: int = 0):
 
 def _bundle_labels(bundle: str) -> list[str] | None:
     """The label list of a classifier bundle (``task.json``), or None."""
-    from models.bundle import read_task
+    from models.bundle.format import read_task
 
     return read_task(bundle).get("labels")
 
@@ -268,14 +268,14 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
              max_train_examples: int | None = None, baseline: bool = True, command: str | None = None) -> dict:
     """Run ``denki finetune classify``; returns the report dict. Writes ``OUT/bundle`` (kind ``classifier``),
     ``OUT/report.json``, ``OUT/report.md`` and the PNGs."""
-    from models.bundle import command_line, read_manifest
+    from models.bundle.format import command_line, read_manifest
     from models.classify_calibration import choose_threshold, fit_min_recall_offsets, fit_temperature, offsets_cost
     from models.classify_eval import evaluate_logits, label_indices
     from models.classify_report import write_report
     from models.io.fileio import atomic_write_text, sha256_file
     from models.io.records import check_label_sets, read_labelled
     from models.text.tokenizer import JapaneseTokenizer
-    from models.training import median_index, pick_device
+    from models.training.loop import median_index, pick_device
 
     cfg = cfg or FinetuneConfig()
     if (model is None) == (init_random is None):
@@ -399,7 +399,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     }
     bundle_metrics = {k2: dev_eval[k2] for k2 in ("accuracy", "macro_f1", "ece", "ece_uncalibrated",
                                                   "abstain_rate", "accuracy_non_abstained")}
-    from models.bundle_torch import save_bundle
+    from models.bundle.pytorch import save_bundle
 
     out.mkdir(parents=True, exist_ok=True)
     save_bundle(net, tokenizer_dir, out / "bundle", "classifier", source=source, metrics=bundle_metrics,
@@ -454,10 +454,10 @@ def torch_logits_fn(bundle_dir: Path, *, device: str = "auto", batch_size: int =
     """``texts → logits (n, K)`` with the bundle's PyTorch model (tokenised with the bundle's tokenizer)."""
     from transformers import ElectraForSequenceClassification
 
-    from models.bundle import read_task
-    from models.bundle_torch import load_model
+    from models.bundle.format import read_task
+    from models.bundle.pytorch import load_model
     from models.text.tokenizer import JapaneseTokenizer
-    from models.training import pick_device
+    from models.training.loop import pick_device
 
     task = read_task(bundle_dir)
     dev = pick_device(device)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle import resolve_bundle  # noqa: F401  (re-exported: callers import it from here)
+from models.bundle.format import resolve_bundle  # noqa: F401  (re-exported: callers import it from here)
 from models.decision import decide, softmax
 from models.metrics import classification_metrics, coverage_curve, ece, nll, reliability_bins
 
@@ -76,7 +76,7 @@ def evaluate_bundle(model_dir: str | os.PathLike, data_path: str | os.PathLike, 
     ``logits_fn`` (``texts → logits (n, K)``) scores the texts; by default a PyTorch ``classifier`` bundle is
     loaded (torch imported only then). ONNX bundles need it passed in (``serve.evaluate.onnx_logits_fn``; the
     ``models`` layer does not import ``serve``)."""
-    from models.bundle import read_manifest, read_task
+    from models.bundle.format import read_manifest, read_task
     from models.io.errors import DenkiError
     from models.io.records import read_labelled
 

@@ -120,8 +120,8 @@ def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int,
     from transformers import ElectraForQuestionAnswering
     from transformers.utils import logging as hf_logging
 
-    from models.bundle_torch import load_model
-    from models.training import build_optimizer, set_seed, warmup_linear_schedule
+    from models.bundle.pytorch import load_model
+    from models.training.loop import build_optimizer, set_seed, warmup_linear_schedule
 
     set_seed(seed)
     verbosity = hf_logging.get_verbosity()
@@ -331,11 +331,11 @@ def finetune_qa(*, model: str, train: str, dev: str, out: str, max_length: int =
     its report. Returns the report dict."""
     import torch
 
-    from models.bundle import command_line, read_manifest
-    from models.pretrain_health import warn_if_unlearned
-    from models.bundle_torch import save_bundle
+    from models.bundle.format import command_line, read_manifest
+    from models.training.pretrain_health import warn_if_unlearned
+    from models.bundle.pytorch import save_bundle
     from models.text.tokenizer import JapaneseTokenizer
-    from models.training import median_index, pick_device
+    from models.training.loop import median_index, pick_device
 
     if threads:
         torch.set_num_threads(threads)
@@ -440,10 +440,10 @@ def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predic
     import torch
     from transformers import ElectraForQuestionAnswering
 
-    from models.bundle import read_task, resolve_bundle, verify_bundle
-    from models.bundle_torch import load_model
+    from models.bundle.format import read_task, resolve_bundle, verify_bundle
+    from models.bundle.pytorch import load_model
     from models.text.tokenizer import JapaneseTokenizer
-    from models.training import pick_device
+    from models.training.loop import pick_device
 
     if threads:
         torch.set_num_threads(threads)

@@ -247,8 +247,8 @@ def _pretrain_stage(cfg: ExperimentConfig, objective: str, budget: float) -> Mod
 
 
 def _random_stage(cfg: ExperimentConfig) -> Model:
-    from models.bundle import verify_bundle
-    from models.bundle_torch import random_init_bundle
+    from models.bundle.format import verify_bundle
+    from models.bundle.pytorch import random_init_bundle
 
     b = Path(cfg.out) / "random" / "bundle"
     try:
@@ -268,7 +268,7 @@ def cls_probe(bundle: Path, texts: list[str], out_json: Path, max_length: int = 
     import torch
     from transformers import ElectraModel
 
-    from models.bundle_torch import load_model
+    from models.bundle.pytorch import load_model
     from models.text.tokenizer import JapaneseTokenizer
 
     tok = JapaneseTokenizer.load(bundle)
@@ -371,7 +371,7 @@ def run_experiment(cfg: ExperimentConfig) -> dict:
     """Run (or resume) every stage, then write the report. Returns the report dict."""
     import torch
 
-    from models.presets import SIZES
+    from models.bundle.presets import SIZES
 
     if cfg.size not in SIZES:
         raise DenkiError(f"unknown size {cfg.size!r}; choose one of {sorted(SIZES)}")
@@ -487,7 +487,7 @@ def trivial_reference(task: TaskSpec) -> dict:
 
 def build_report(cfg: ExperimentConfig, models: list[Model], tasks: list[TaskSpec], results: list[dict],
                  probes: dict) -> dict:
-    from models.bundle import command_line
+    from models.bundle.format import command_line
 
     by = {}
     for r in results:

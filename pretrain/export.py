@@ -18,7 +18,7 @@ from models.io.errors import DenkiError
 
 def export_bundle(model, tokenizer_dir, out_dir, *, source: dict, metrics: dict) -> dict:
     """``model``: the HF model to export (``pretrainer.export_model``). Returns the manifest."""
-    from models.bundle_torch import save_bundle
+    from models.bundle.pytorch import save_bundle
 
     model.config.architectures = [type(model).__name__]
     return save_bundle(model, tokenizer_dir, out_dir, "pretrained", source=source, metrics=metrics)
@@ -62,7 +62,7 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
     ident = state.get("identity", {})
     summary = {"steps": state["step"], "tokens": state["tokens"], "flops": state["flops"], "wall_s": state["wall_s"],
                "final": rows[-1] if rows else {}, "diagnostics": _last_diagnostics(rows)}
-    from models.bundle import command_line
+    from models.bundle.format import command_line
 
     source = {"objective": mc["objective"], "size": ident.get("size"), "checkpoint": str(ckpt),
               "corpus": [{"path": p, "sha256": s} for p, s in zip(run.get("corpus", []),

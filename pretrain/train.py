@@ -29,7 +29,7 @@ import torch
 from models.io.errors import DenkiError
 from models.io.fileio import atomic_write_json, atomic_write_text
 
-from models.pretrain_health import verdict
+from models.training.pretrain_health import verdict
 
 from . import checkpoint as ck
 from .data import PackedSequences, build_token_cache, file_sha256
@@ -93,7 +93,7 @@ def _dist_env() -> tuple[int, int, int]:
 
 
 def _init_distributed(device_name: str):
-    from models.training import pick_device
+    from models.training.loop import pick_device
 
     rank, world, local = _dist_env()
     device = pick_device(device_name)
@@ -253,10 +253,10 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     """
     from tqdm.auto import tqdm
 
-    from models.bundle_torch import copy_tokenizer
-    from models.presets import SIZES, electra_config, generator_config
+    from models.bundle.pytorch import copy_tokenizer
+    from models.bundle.presets import SIZES, electra_config, generator_config
     from models.text.tokenizer import JapaneseTokenizer
-    from models.training import build_optimizer, set_seed, warmup_linear_schedule
+    from models.training.loop import build_optimizer, set_seed, warmup_linear_schedule
 
     from .export import export_bundle
 
@@ -454,7 +454,7 @@ class _null:
 
 
 def _source(cfg: PretrainConfig, shas, tok_fp, summary) -> dict:
-    from models.bundle import command_line
+    from models.bundle.format import command_line
 
     return {"objective": cfg.objective, "size": cfg.size,
             "corpus": [{"path": str(p), "sha256": s} for p, s in zip(cfg.corpus, shas)],
@@ -482,7 +482,7 @@ def _last_diagnostics(rows: list[dict]) -> dict | None:
 
 def _ensure_bundle(out: Path, summary: dict, cfg: PretrainConfig) -> None:
     """A finished run whose bundle is missing or damaged is exported again from its last checkpoint."""
-    from models.bundle import verify_bundle
+    from models.bundle.format import verify_bundle
 
     from .export import export_from_checkpoint
 

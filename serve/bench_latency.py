@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle import read_manifest
+from models.bundle.format import read_manifest
 from models.io.errors import DenkiError
 from models.io.fileio import atomic_write_json, atomic_write_text
 

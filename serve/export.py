@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle import command_line, read_manifest, read_task, resolve_bundle, verify_bundle, write_manifest
+from models.bundle.format import command_line, read_manifest, read_task, resolve_bundle, verify_bundle, write_manifest
 from models.io.errors import DenkiError
 from models.io.fileio import replace_dir
 
@@ -106,7 +106,7 @@ def _torch_model(src: Path, kind: str):
     import torch
     from transformers import ElectraForQuestionAnswering, ElectraForSequenceClassification
 
-    from models.bundle_torch import load_model
+    from models.bundle.pytorch import load_model
 
     cls = ElectraForSequenceClassification if kind == "classifier" else ElectraForQuestionAnswering
     return load_model(src, cls).eval()

@@ -170,7 +170,7 @@ def classify_files_ray(model_dir, input_pattern: str, output_dir, *, text_field:
     named after it) on Ray Data; returns totals, per-file counts and throughput (also in ``summary.json``)."""
     from tqdm.auto import tqdm
 
-    from models.bundle import read_task
+    from models.bundle.format import read_task
     from models.io.fileio import atomic_write_json
     from serve.ray_setup import checked_bundle, connect_ray
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle import read_manifest, read_task, resolve_bundle, verify_bundle
+from models.bundle.format import read_manifest, read_task, resolve_bundle, verify_bundle
 from models.io.errors import DenkiError
 from models.text.tokenizer import JapaneseTokenizer
 

@@ -94,8 +94,8 @@ def classifier_bundle(tmp_path_factory, tiny_tokenizer_dir):
     import torch
     from transformers import ElectraForSequenceClassification
 
-    from models.bundle_torch import save_bundle
-    from models.presets import electra_config
+    from models.bundle.pytorch import save_bundle
+    from models.bundle.presets import electra_config
     from models.text.tokenizer import JapaneseTokenizer
 
     rows = inquiry_rows()
@@ -140,8 +140,8 @@ def qa_bundle(tmp_path_factory, tiny_tokenizer_dir):
     import torch
     from transformers import ElectraForQuestionAnswering
 
-    from models.bundle_torch import save_bundle
-    from models.presets import electra_config
+    from models.bundle.pytorch import save_bundle
+    from models.bundle.presets import electra_config
     from models.text.tokenizer import JapaneseTokenizer
 
     rows = read_jsonl(SAMPLE_QA_DEV)[:24]

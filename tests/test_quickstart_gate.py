@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from app.cli import main
-from models.bundle import read_manifest, verify_bundle
+from models.bundle.format import read_manifest, verify_bundle
 from models.io.errors import DenkiError
 
 from .conftest import SAMPLE_QA_DEV, read_jsonl
@@ -39,7 +39,7 @@ def _degenerate_model(vocab_size: int):
     import torch
     from transformers import ElectraForQuestionAnswering
 
-    from models.presets import electra_config
+    from models.bundle.presets import electra_config
 
     torch.manual_seed(0)
     model = ElectraForQuestionAnswering(electra_config("tiny", vocab_size)).eval()
@@ -76,7 +76,7 @@ def _null_diffs(model, tok, pairs, task) -> np.ndarray:
 @pytest.fixture(scope="module")
 def degenerate(tmp_path_factory, tiny_tokenizer_dir):
     """``{"inside": bundle, "margin": bundle, "diffs": array, "onnx": dir of converted files}``."""
-    from models.bundle_torch import save_bundle
+    from models.bundle.pytorch import save_bundle
     from models.text.tokenizer import JapaneseTokenizer
 
     root = tmp_path_factory.mktemp("degenerate")

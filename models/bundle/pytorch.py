@@ -5,7 +5,7 @@ import os
 import shutil
 from pathlib import Path
 
-from models.bundle import verify_bundle, write_manifest
+from models.bundle.format import verify_bundle, write_manifest
 from models.io.errors import DenkiError
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "denki_tokenizer.json")
@@ -60,7 +60,7 @@ def random_init_bundle(size: str, tokenizer_dir: str | os.PathLike, out_dir: str
     import torch
     from transformers import ElectraForPreTraining
 
-    from models.presets import electra_config
+    from models.bundle.presets import electra_config
     from models.text.tokenizer import JapaneseTokenizer
 
     tok = JapaneseTokenizer.load(tokenizer_dir)
