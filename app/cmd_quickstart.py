@@ -126,7 +126,7 @@ def cmd_quickstart(args) -> int:
     cls_ctrl = out / "classifier-random-init"
 
     def finetune_classifier(init: str):
-        from models.classify import FinetuneConfig, finetune
+        from models.classify.finetune import FinetuneConfig, finetune
 
         _pin_threads(args.threads)
 
@@ -175,7 +175,7 @@ def cmd_quickstart(args) -> int:
     summary_path = out / "summary.json"
 
     def evaluate():
-        from models.classify_eval import evaluate_logits, label_indices
+        from models.classify.evaluate import evaluate_logits, label_indices
         from models.io.records import read_labelled
         from serve.evaluate import evaluate_onnx_qa, onnx_logits_fn
 

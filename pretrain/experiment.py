@@ -318,7 +318,7 @@ def _finetune_stage(cfg: ExperimentConfig, model: Model, task: TaskSpec, seed: i
         shutil.rmtree(d)
     t0 = time.perf_counter()
     if task.kind == "classify":
-        from models.classify import FinetuneConfig, finetune
+        from models.classify.finetune import FinetuneConfig, finetune
 
         fc = FinetuneConfig(epochs=int(max(1, round(cfg.epochs))), max_length=cfg.max_length, seeds=[seed],
                             device=cfg.device, progress=cfg.progress, lr=cfg.lr)

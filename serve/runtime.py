@@ -8,7 +8,7 @@
 
 Only numpy, onnxruntime and denki's tokenizer are imported (a test checks ``sys.modules`` for torch). The
 decision rules are the bundle's ``task.json`` applied by the same numpy code as the PyTorch evaluation
-(:mod:`models.decision`, :mod:`models.qa_postprocess`).
+(:mod:`models.classify.decision`, :mod:`models.qa_postprocess`).
 
 Backends (files of an ONNX bundle): ``fp32`` (``model.onnx``), ``o2`` (ORT graph fusions), ``int8`` (dynamic
 quantisation, CPU), ``fp16`` (for CUDA). Device: CUDA when a CUDA session can really be created (onnxruntime-gpu
@@ -199,7 +199,7 @@ class Predictor:
 
     def classify(self, texts: Sequence[str], *, batch_size: int = 32) -> list[dict]:
         """``[{"label", "score", "scores", "route"}]`` per text, by the bundle's routing rule."""
-        from models.decision import route
+        from models.classify.decision import route
 
         if not texts:
             return []

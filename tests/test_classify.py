@@ -93,8 +93,8 @@ def test_evaluate_matches_finetune_report(finetuned, split, tmp_path):
 def test_bundle_logits_route_through_numpy_rule(finetuned, split):
     """The PyTorch model + models.decision.route reproduce the parity sample's logits and decisions."""
     from models.bundle.format import read_task
-    from models.classify import torch_logits_fn
-    from models.decision import route
+    from models.classify.predict import torch_logits_fn
+    from models.classify.decision import route
 
     bundle = finetuned / "bundle"
     parity = json.loads((bundle / "parity_sample.json").read_text(encoding="utf-8"))

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle.format import resolve_bundle  # noqa: F401  (re-exported: callers import it from here)
-from models.decision import decide, softmax
-from models.metrics import classification_metrics, coverage_curve, ece, nll, reliability_bins
+from models.bundle.format import resolve_bundle
+from models.classify.decision import decide, softmax
+from models.classify.metrics import classification_metrics, coverage_curve, ece, nll, reliability_bins
 
 
 def label_indices(labels: list[str], task_labels: list[str], path: str, lines: list[int],
@@ -96,7 +96,7 @@ def evaluate_bundle(model_dir: str | os.PathLike, data_path: str | os.PathLike, 
         if kind != "classifier":
             raise DenkiError(f"{bundle_dir}: an ONNX bundle is scored through the serve runtime; use "
                              "`denki evaluate classify` (or pass serve.evaluate.onnx_logits_fn)")
-        from models.classify import torch_logits_fn
+        from models.classify.predict import torch_logits_fn
 
         logits_fn = torch_logits_fn(bundle_dir, device=device, batch_size=batch_size, progress=progress)
     t0 = time.perf_counter()

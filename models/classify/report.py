@@ -107,7 +107,7 @@ def _markdown(r: dict) -> str:
 
 def write_report(report: dict, out_dir) -> None:
     """Write the PNGs, ``report.json`` (curves included) and ``report.md``."""
-    from models.classify_plots import plot_confusion, plot_coverage, plot_reliability
+    from models.classify.plots import plot_confusion, plot_coverage, plot_reliability
 
     out = Path(out_dir)
     dev, task = report["dev"], report["task"]
