@@ -147,7 +147,7 @@ def cmd_quickstart(args) -> int:
     deployed = max(f1, key=f1.get)
 
     def finetune_qa():
-        from models.qa import finetune_qa as run
+        from models.qa.finetune import finetune_qa as run
 
         run(model=str(pre_dir / "bundle"), train=str(QA[0]), dev=str(QA[1]), out=str(qa_dir), max_length=256,
             doc_stride=64, epochs=3.0, seeds=1, seed=args.seed, batch_size=16, threads=args.threads)

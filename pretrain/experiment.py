@@ -53,7 +53,7 @@ BUILTIN_TASKS = {
 }
 
 
-QA_SPAN_METRIC = "HasAns_span_f1"  # best non-null span on answerable questions (models/qa_metrics.py)
+QA_SPAN_METRIC = "HasAns_span_f1"  # best non-null span on answerable questions (models/qa/metrics.py)
 
 
 @dataclass
@@ -208,7 +208,7 @@ def prepare_task_data(spec: TaskSpec, out_dir: Path, max_train: int | None, max_
             counts[role] = len(rows)
             atomic_write_text(d / f"{role}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     else:
-        from models.qa_data import read_qa
+        from models.qa.data import read_qa
 
         for role, path, k in (("train", spec.train, max_train), ("dev", spec.dev, max_dev)):
             ex = read_qa(path).examples
@@ -328,7 +328,7 @@ def _finetune_stage(cfg: ExperimentConfig, model: Model, task: TaskSpec, seed: i
         res = {"macro_f1": s["macro_f1"], "accuracy": s["accuracy"], "best_epoch": s["best_epoch"],
                "epochs_run": s["epochs_run"], "lr": rep["config"].get("lr")}
     else:
-        from models.qa import finetune_qa
+        from models.qa.finetune import finetune_qa
 
         kw = {"lr": cfg.lr} if cfg.lr is not None else {}
         rep = finetune_qa(model=str(model.bundle), train=task.train, dev=task.dev, out=str(d),

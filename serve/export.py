@@ -89,7 +89,7 @@ def _load_parity(src: Path, kind: str, parity_data: str | None, task: dict, limi
 
             data = read_labelled(parity_data, task.get("text_field", "text"), task.get("label_field", "label"))
             return {"texts": list(data.texts)[:limit], "labels": list(data.labels)[:limit]}
-        from models.qa_data import read_qa
+        from models.qa.data import read_qa
 
         qa = read_qa(parity_data, limit=limit)
         return {"pairs": [(e.question, e.context) for e in qa.examples][:limit]}
@@ -178,8 +178,8 @@ def _parity_classifier(model, tok, files: dict[str, Path], data: dict, task: dic
 
 
 def _parity_qa(model, tok, files: dict[str, Path], data: dict, task: dict) -> dict:
-    from models.qa_metrics import f1_score
-    from models.qa_postprocess import postprocess_question
+    from models.qa.metrics import f1_score
+    from models.qa.postprocess import postprocess_question
 
     max_length, stride = int(task.get("max_length", 384)), int(task.get("doc_stride", 128))
     thr = float(task.get("null_threshold", 0.0))

@@ -8,7 +8,7 @@
 
 Only numpy, onnxruntime and denki's tokenizer are imported (a test checks ``sys.modules`` for torch). The
 decision rules are the bundle's ``task.json`` applied by the same numpy code as the PyTorch evaluation
-(:mod:`models.classify.decision`, :mod:`models.qa_postprocess`).
+(:mod:`models.classify.decision`, :mod:`models.qa.postprocess`).
 
 Backends (files of an ONNX bundle): ``fp32`` (``model.onnx``), ``o2`` (ORT graph fusions), ``int8`` (dynamic
 quantisation, CPU), ``fp16`` (for CUDA). Device: CUDA when a CUDA session can really be created (onnxruntime-gpu
@@ -213,7 +213,7 @@ class Predictor:
 
     def answer_batch(self, pairs: Sequence[tuple[str, str]], *, batch_size: int = 16,
                      n_best: int | None = None) -> list[dict]:
-        from models.qa_postprocess import postprocess_question
+        from models.qa.postprocess import postprocess_question
 
         if self.kind != "onnx-qa":
             raise DenkiError(f"{self.dir} is a {self.kind} bundle, not a QA model")

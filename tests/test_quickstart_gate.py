@@ -55,7 +55,7 @@ def _degenerate_model(vocab_size: int):
 def _null_diffs(model, tok, pairs, task) -> np.ndarray:
     import torch
 
-    from models.qa_postprocess import postprocess_question
+    from models.qa.postprocess import postprocess_question
 
     out = []
     for q, c in pairs:

@@ -1,5 +1,5 @@
 """Pieces every training loop shares — pretraining (``pretrain/``) and fine-tuning (:mod:`models.classify.finetune`,
-:mod:`models.qa`): seeds, device choice, AdamW with layer-wise LR decay, warmup schedule (:mod:`.loop`, imports
+:mod:`models.qa.finetune`): seeds, device choice, AdamW with layer-wise LR decay, warmup schedule (:mod:`.loop`, imports
 torch), and the plain-words check whether a pretrained encoder learned anything (:mod:`.pretrain_health`,
 torch-free).
 

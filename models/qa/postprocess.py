@@ -72,7 +72,7 @@ def postprocess_question(start_logits: np.ndarray, end_logits: np.ndarray, offse
     for threshold tuning); ``null_score_diff`` = ``inf`` when no valid span exists. With ``keep_nbest > 0`` an
     ``nbest`` list of ``{"text", "start", "end", "score"}`` is added.
 
-    ``answerable_logits`` (``(n_windows,)``, from the optional answerable head, see :mod:`models.qa_heads`) adds
+    ``answerable_logits`` (``(n_windows,)``, from the optional answerable head, see :mod:`models.qa.heads`) adds
     ``null_score_diffs = {"cls", "head", "combined"}`` and ``null_rule`` picks which one decides.
     """
     if null_rule not in NULL_RULES:
