@@ -68,7 +68,8 @@ def _latency_p50(bundle: Path, texts: list[str], n: int = 40) -> dict:
     """p50 of single-request latency per CPU backend (a quick look; `denki bench latency` is the full one)."""
     import numpy as np
 
-    from serve.runtime import MODEL_FILES, Predictor
+    from models.bundle.onnx import MODEL_FILES
+    from serve.runtime import Predictor
 
     out = {}
     for b in ("fp32", "o2", "int8"):
@@ -155,7 +156,7 @@ def cmd_quickstart(args) -> int:
     st.run("fine-tune QA (samples/qa_*.jsonl)", (qa_dir / "bundle" / "manifest.json").is_file(), finetune_qa)
 
     def export():
-        from serve.export import export_bundle, format_parity
+        from models.export.onnx import export_bundle, format_parity
 
         for name, src, dst in (("router", deployed, cls_onnx), ("QA", qa_dir, qa_onnx)):
             if (dst / "manifest.json").is_file():

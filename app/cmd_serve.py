@@ -82,7 +82,7 @@ def register(sub) -> None:
 
 
 def cmd_export(args) -> int:
-    from serve.export import export_bundle, format_parity
+    from models.export.onnx import export_bundle, format_parity
 
     man = export_bundle(args.model, args.out, optimize=args.optimize, quantize=args.quantize, fp16=args.fp16,
                         parity_data=args.parity_data, atol=args.atol, min_agreement=args.min_agreement,

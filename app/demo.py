@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from models.bundle.onnx import MODEL_FILES
 from models.io.errors import DenkiError
-from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS, MODEL_FILES, Predictor, _cuda_usable
+from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS, Predictor, _cuda_usable
 
 HUMAN_JA = "担当者へ"
 NO_ANSWER_JA = "回答なし"

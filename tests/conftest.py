@@ -125,7 +125,7 @@ def classifier_bundle(tmp_path_factory, tiny_tokenizer_dir):
 
 @pytest.fixture(scope="session")
 def onnx_classifier(classifier_bundle, tmp_path_factory):
-    from serve.export import export_bundle
+    from models.export.onnx import export_bundle
 
     out = tmp_path_factory.mktemp("onnx") / "cls"
     export_bundle(classifier_bundle, out, optimize="O2", quantize="int8", fp16=True, min_agreement=0.8,
@@ -161,7 +161,7 @@ def qa_bundle(tmp_path_factory, tiny_tokenizer_dir):
 
 @pytest.fixture(scope="session")
 def onnx_qa(qa_bundle, tmp_path_factory):
-    from serve.export import export_bundle
+    from models.export.onnx import export_bundle
 
     out = tmp_path_factory.mktemp("onnx") / "qa"
     export_bundle(qa_bundle, out, optimize="O2", quantize="int8", min_agreement=0.0, max_drop=1.0, progress=False)

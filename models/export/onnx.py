@@ -17,7 +17,8 @@ Steps (all written into ``OUT.partial``, renamed to ``OUT`` only when every gate
 6. tokenizer files, ``task.json``, golden tokenization vectors (``golden_tokenization.jsonl``) and ``manifest.json``
    (sha256 of every file, parity figures under ``metrics.parity``).
 
-Torch and optimum are imported inside the functions: ``serve/`` stays torch-free at import time.
+Torch and optimum are imported inside the functions (importing this module is cheap). The ONNX files are
+opened by :func:`models.bundle.onnx.open_session`, as the serving runtime opens them.
 """
 from __future__ import annotations
 
@@ -129,11 +130,11 @@ def _run_torch(model, batch) -> list[np.ndarray]:
 
 def _session_outputs(path: Path, batch: dict, cache: dict) -> list[np.ndarray] | None:
     """Run an ONNX file on CPU (sessions cached); ``None`` if the CPU provider cannot run it (fp16 kernels)."""
-    from serve.runtime import _session
+    from models.bundle.onnx import open_session
 
     if path not in cache:
         try:
-            cache[path] = _session(path, "cpu", None)[0]
+            cache[path] = open_session(path, "cpu", None)[0]
         except Exception as e:  # pragma: no cover - depends on the ORT build
             cache[path] = e
     sess = cache[path]
