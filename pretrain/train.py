@@ -37,6 +37,7 @@ from .diagnostics import probe_batch, run_probe
 from .flops import expected_masked, step_flops
 from .masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
 from .model import OBJECTIVES, RTD_OBJECTIVES, build_pretrainer
+from .runlog import bundle_metrics, last_diagnostics, read_metrics
 
 DEFAULT_LR = {"tiny": 1e-3, "small": 5e-4, "base": 2e-4}
 #: replaced-token detection at size tiny: 1e-3 collapses the discriminator at CPU budgets, 3e-4 (with the prior
@@ -158,7 +159,6 @@ def _check_same_run(out: Path, ident: dict) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ metrics
-DIAG_KEYS = ("cls_spread", "mean_spread", "disc_auc", "probe_replace_rate")
 _SUM_KEYS = ("n_masked", "gen_correct", "n_nonpad", "n_replaced", "disc_correct", "disc_tp", "disc_pred_pos")
 
 
@@ -191,13 +191,6 @@ def _truncate_metrics(path: Path, max_step: int) -> None:
         except (json.JSONDecodeError, KeyError):
             break  # a torn last line from a kill
     atomic_write_text(path, "".join(k + "\n" for k in keep))
-
-
-def read_metrics(out: str | os.PathLike) -> list[dict]:
-    p = Path(out) / "metrics.jsonl"
-    if not p.is_file():
-        return []
-    return [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
 def plot_curves(rows: list[dict], path: str | os.PathLike, title: str = "") -> None:
@@ -430,7 +423,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
                "device": str(device), "final": rows[-1] if rows else last_row,
                "bundle": str(out / "bundle") if cfg.export else None, "checkpoint": str(ck.latest_checkpoint(out))}
     if main:
-        summary["diagnostics"] = last_diag or _last_diagnostics(rows)
+        summary["diagnostics"] = last_diag or last_diagnostics(rows)
         warning = verdict(summary["diagnostics"])
         summary["health_warning"] = warning
         if warning:
@@ -439,7 +432,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         if cfg.export:
             export_bundle(model.export_model, out / "tokenizer", out / "bundle",
                           source=_source(cfg, shas, tok.fingerprint(), summary),
-                          metrics=_bundle_metrics(summary))
+                          metrics=bundle_metrics(summary))
         atomic_write_json(summary_path, summary)
     _barrier(world)
     return summary
@@ -464,20 +457,6 @@ def _source(cfg: PretrainConfig, shas, tok_fp, summary) -> dict:
             "gen_size": cfg.gen_size if cfg.objective in RTD_OBJECTIVES else None,
             "disc_weight": cfg.disc_weight if cfg.objective in RTD_OBJECTIVES else None,
             "command": command_line()}
-
-
-def _bundle_metrics(summary: dict) -> dict:
-    final = dict(summary.get("final") or {})
-    return {"final": final, "steps": summary["steps"], "tokens": summary["tokens"], "flops": summary["flops"],
-            "wall_s": summary["wall_s"], "diagnostics": summary.get("diagnostics")}
-
-
-def _last_diagnostics(rows: list[dict]) -> dict | None:
-    """The newest probe values logged in metrics.jsonl (rows that carry ``cls_spread``)."""
-    for r in reversed(rows):
-        if "cls_spread" in r:
-            return {k: r[k] for k in DIAG_KEYS if k in r}
-    return None
 
 
 def _ensure_bundle(out: Path, summary: dict, cfg: PretrainConfig) -> None:

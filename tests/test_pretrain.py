@@ -18,7 +18,8 @@ from pretrain.data import PackedSequences, build_token_cache
 from pretrain.flops import step_flops
 from pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
 from pretrain.model import RTDPretrainer, build_pretrainer, gumbel_sample
-from pretrain.train import PretrainConfig, read_metrics, run_pretrain
+from pretrain.runlog import read_metrics
+from pretrain.train import PretrainConfig, run_pretrain
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 SPECIAL = (PAD, CLS, SEP, MASK)
