@@ -91,7 +91,7 @@ def test_evaluate_matches_finetune_report(finetuned, split, tmp_path):
 
 
 def test_bundle_logits_route_through_numpy_rule(finetuned, split):
-    """The PyTorch model + models.decision.route reproduce the parity sample's logits and decisions."""
+    """The PyTorch model + models.classify.decision.route reproduce the parity sample's logits and decisions."""
     from models.bundle.format import read_task
     from models.classify.predict import torch_logits_fn
     from models.classify.decision import route

@@ -274,7 +274,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     chosen = runs[k]
     dev_logits = chosen["dev_logits"].astype(np.float64)
 
-    # routing rule, fitted on dev (see classify_calibration for the order)
+    # routing rule, fitted on dev (see models.classify.calibration for the order)
     temperature = fit_temperature(dev_logits, dev_gold)
     floors = {labels.index(lab): v for lab, v in min_recall.items()}
     offsets, reached = fit_min_recall_offsets(dev_logits, dev_gold, floors)
