@@ -10,7 +10,7 @@ import importlib
 import os
 import sys
 
-from models.errors import DenkiError
+from models.io.errors import DenkiError
 
 # Order = order in `denki --help`.
 COMMAND_MODULES = [

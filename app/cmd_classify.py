@@ -95,7 +95,7 @@ def register_evaluate(sub) -> None:
 def cmd_finetune(args) -> int:
     import torch
 
-    from models.classify import FinetuneConfig, finetune
+    from models.classify.finetune import FinetuneConfig, finetune
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -125,9 +125,9 @@ def cmd_finetune(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from models.bundle import read_manifest
-    from models.classify_eval import evaluate_bundle, resolve_bundle
-    from models.fileio import atomic_write_json
+    from models.bundle.format import read_manifest, resolve_bundle
+    from models.classify.evaluate import evaluate_bundle
+    from models.io.fileio import atomic_write_json
 
     bundle = resolve_bundle(args.model)
     fn = None

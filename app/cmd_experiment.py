@@ -60,8 +60,9 @@ def register(sub) -> None:
 
 
 def cmd_electra_vs_mlm(args) -> int:
-    from models.errors import DenkiError
-    from pretrain.experiment import ExperimentConfig, default_data_dir, parse_budgets, parse_task, run_experiment
+    from models.io.errors import DenkiError
+    from pretrain.experiment.plan import ExperimentConfig, default_data_dir, parse_budgets, parse_task
+    from pretrain.experiment.run import run_experiment
 
     data_dir = args.data_dir or default_data_dir()
     names = [t.strip() for t in args.tasks.split(",") if t.strip()] + list(args.task)

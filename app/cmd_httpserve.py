@@ -76,7 +76,7 @@ def build_app(args):
     from serve.http import create_app
     from serve.runtime import Predictor
 
-    from models.errors import DenkiError
+    from models.io.errors import DenkiError
 
     if not args.classifier and not args.qa:
         raise DenkiError("give --classifier DIR and/or --qa DIR (ONNX bundles from `denki export`)")

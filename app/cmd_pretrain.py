@@ -55,7 +55,7 @@ def register(sub) -> None:
 
 
 def cmd_pretrain(args) -> int:
-    from models.errors import DenkiError
+    from models.io.errors import DenkiError
 
     missing = [f"--{k}" for k in ("corpus", "tokenizer", "out") if not getattr(args, k)]
     if missing:

@@ -62,7 +62,7 @@ def register_evaluate(sub) -> None:
 
 
 def _finetune(args) -> int:
-    from models.qa import finetune_qa
+    from models.qa.finetune import finetune_qa
 
     rep = finetune_qa(model=args.model, train=args.train, dev=args.dev, out=args.out, max_length=args.max_length,
                       doc_stride=args.doc_stride, max_answer_length=args.max_answer_length, seeds=args.seeds,
@@ -83,10 +83,10 @@ def _finetune(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from models.bundle import read_manifest, resolve_bundle
+    from models.bundle.format import read_manifest, resolve_bundle
 
     if read_manifest(resolve_bundle(args.model)).get("kind") == "onnx-qa":  # ONNX bundles: the torch-free runtime
-        from models.fileio import atomic_write_json
+        from models.io.fileio import atomic_write_json
         from serve.evaluate import evaluate_onnx_qa
 
         out, res = evaluate_onnx_qa(args.model, args.data, limit=args.max_examples,
@@ -97,7 +97,7 @@ def _evaluate(args) -> int:
         if args.predictions:
             atomic_write_json(args.predictions, {q: r["answer"] for q, r in res.items()})
     else:
-        from models.qa import evaluate_qa
+        from models.qa.finetune import evaluate_qa
 
         out = evaluate_qa(model=args.model, data=args.data, output_json=args.output_json,
                           predictions=args.predictions, batch_size=args.batch_size, max_examples=args.max_examples,

@@ -68,7 +68,8 @@ def _latency_p50(bundle: Path, texts: list[str], n: int = 40) -> dict:
     """p50 of single-request latency per CPU backend (a quick look; `denki bench latency` is the full one)."""
     import numpy as np
 
-    from serve.runtime import MODEL_FILES, Predictor
+    from models.bundle.onnx import MODEL_FILES
+    from serve.runtime import Predictor
 
     out = {}
     for b in ("fp32", "o2", "int8"):
@@ -94,9 +95,9 @@ def _pin_threads(n: int) -> None:
 
 
 def cmd_quickstart(args) -> int:
-    from models.bundle import read_manifest
-    from models.errors import DenkiError
-    from models.tokenizer import train_tokenizer
+    from models.bundle.format import read_manifest
+    from models.io.errors import DenkiError
+    from models.text.tokenizer import train_tokenizer
 
     if args.threads < 1:
         raise DenkiError("--threads must be at least 1")
@@ -126,7 +127,7 @@ def cmd_quickstart(args) -> int:
     cls_ctrl = out / "classifier-random-init"
 
     def finetune_classifier(init: str):
-        from models.classify import FinetuneConfig, finetune
+        from models.classify.finetune import FinetuneConfig, finetune
 
         _pin_threads(args.threads)
 
@@ -147,7 +148,7 @@ def cmd_quickstart(args) -> int:
     deployed = max(f1, key=f1.get)
 
     def finetune_qa():
-        from models.qa import finetune_qa as run
+        from models.qa.finetune import finetune_qa as run
 
         run(model=str(pre_dir / "bundle"), train=str(QA[0]), dev=str(QA[1]), out=str(qa_dir), max_length=256,
             doc_stride=64, epochs=3.0, seeds=1, seed=args.seed, batch_size=16, threads=args.threads)
@@ -155,7 +156,7 @@ def cmd_quickstart(args) -> int:
     st.run("fine-tune QA (samples/qa_*.jsonl)", (qa_dir / "bundle" / "manifest.json").is_file(), finetune_qa)
 
     def export():
-        from serve.export import export_bundle, format_parity
+        from models.export.onnx import export_bundle, format_parity
 
         for name, src, dst in (("router", deployed, cls_onnx), ("QA", qa_dir, qa_onnx)):
             if (dst / "manifest.json").is_file():
@@ -175,8 +176,8 @@ def cmd_quickstart(args) -> int:
     summary_path = out / "summary.json"
 
     def evaluate():
-        from models.classify_eval import evaluate_logits, label_indices
-        from models.records import read_labelled
+        from models.classify.evaluate import evaluate_logits, label_indices
+        from models.io.records import read_labelled
         from serve.evaluate import evaluate_onnx_qa, onnx_logits_fn
 
         fn = onnx_logits_fn(cls_onnx)
@@ -210,7 +211,7 @@ def cmd_quickstart(args) -> int:
             "left_out": {"classifier": read_manifest(cls_onnx)["metrics"].get("left_out", []),
                          "qa": read_manifest(qa_onnx)["metrics"].get("left_out", [])},
         }
-        from models.fileio import atomic_write_json
+        from models.io.fileio import atomic_write_json
 
         atomic_write_json(summary_path, summary)
 
@@ -237,7 +238,7 @@ def _pick(m: dict) -> dict:
 
 
 def _health(p: dict) -> str:
-    """The pretraining health probe in the summary row (models/pretrain_health.py: the same test finetune uses)."""
+    """The pretraining health probe in the summary row (models/training/pretrain_health.py: the same test finetune uses)."""
     d = p.get("diagnostics") or {}
     if not d:
         return ""

@@ -82,7 +82,7 @@ def register(sub) -> None:
 
 
 def cmd_export(args) -> int:
-    from serve.export import export_bundle, format_parity
+    from models.export.onnx import export_bundle, format_parity
 
     man = export_bundle(args.model, args.out, optimize=args.optimize, quantize=args.quantize, fp16=args.fp16,
                         parity_data=args.parity_data, atol=args.atol, min_agreement=args.min_agreement,
@@ -97,7 +97,7 @@ def cmd_classify(args) -> int:
     from serve.batch import classify_file
 
     if args.engine == "ray":
-        from models.errors import DenkiError
+        from models.io.errors import DenkiError
         from serve.ray_batch import classify_files_ray
 
         if args.resume:

@@ -42,7 +42,7 @@ def register(sub) -> None:
 def cmd_train(args) -> int:
     import time
 
-    from models.tokenizer import train_tokenizer
+    from models.text.tokenizer import train_tokenizer
 
     t0 = time.perf_counter()
     tok = train_tokenizer(args.corpus, args.vocab_size, limit_alphabet=args.limit_alphabet,
@@ -54,7 +54,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_tokenize(args) -> int:
-    from models.tokenize_file import tokenize_file
+    from models.text.tokenize_file import tokenize_file
 
     stats = tokenize_file(args.tokenizer, args.input, args.output, max_length=args.max_length)
     print(f"tokenize: {stats['lines']} lines, {stats['tokens']} tokens "

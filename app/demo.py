@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.errors import DenkiError
-from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS, MODEL_FILES, Predictor, _cuda_usable
+from models.bundle.onnx import MODEL_FILES
+from models.io.errors import DenkiError
+from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS, Predictor, _cuda_usable
 
 HUMAN_JA = "担当者へ"
 NO_ANSWER_JA = "回答なし"
@@ -186,7 +187,7 @@ def score_file(models: DemoModels, path: str | None, backend: str, out_dir: str 
 
 def latency_stats(history: list[dict]) -> tuple[str, object]:
     """Running p50/p95 over the session and a histogram figure."""
-    from models.plotting import setup_matplotlib
+    from models.io.plotting import setup_matplotlib
 
     plt = setup_matplotlib()
     fig, ax = plt.subplots(figsize=(6, 2.8))

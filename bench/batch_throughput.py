@@ -41,8 +41,8 @@ def main() -> None:
     import torch
     from transformers import pipeline
 
-    from models.bundle import read_manifest, read_task
-    from models.records import iter_records
+    from models.bundle.format import read_manifest, read_task
+    from models.io.records import iter_records
     from serve.batch import classify_file
     from serve.runtime import resolve_onnx_bundle
 

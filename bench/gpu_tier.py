@@ -97,7 +97,7 @@ def main(argv=None) -> int:
                 "--epochs", f"{a.epochs:g}", "--batch-size", str(a.batch_size), "--device", a.device,
                 "--keep-finetuned", "--cache-dir", cache, "--no-progress", "--out", str(exp)],
        log, "experiment")
-    from pretrain.experiment import budget_tag
+    from pretrain.experiment.plan import budget_tag
 
     router = exp / "finetune" / f"electra-{budget_tag(a.budget)}" / "livedoor-title" / "seed-0"
     onnx = out / "router-onnx"

@@ -32,7 +32,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from models.presets import electra_config, generator_config  # noqa: E402
+from models.bundle.presets import electra_config, generator_config  # noqa: E402
 from pretrain.flops import (disc_head_forward_flops, encoder_forward_flops,  # noqa: E402
                             mlm_head_forward_flops, step_flops)
 from pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens  # noqa: E402
@@ -156,7 +156,7 @@ def main() -> int:
         memory_child(args)
         return 0
 
-    from models.training import pick_device
+    from models.training.loop import pick_device
 
     device = pick_device(args.device)
     bf16 = args.bf16 or device.type == "cuda"
@@ -226,7 +226,7 @@ def main() -> int:
     if "rtd_vs_naive_time" in result:
         print(f"RTD / naive RTD step time: {result['rtd_vs_naive_time']:.2f}")
     if args.json:
-        from models.fileio import atomic_write_json
+        from models.io.fileio import atomic_write_json
 
         atomic_write_json(args.json, result)
     return 0

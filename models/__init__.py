@@ -1,5 +1,14 @@
-"""denki's shared model layer: tokenizer, bundle format, task heads, fine-tuning, metrics.
+"""denki's model layer, one stage package each (read them in this order; imports flow only this way):
 
-Importing this package is cheap and torch-free; modules that need torch import it themselves, so that
-``serve/`` (which must not import torch at run time) can use the tokenizer and the bundle reader.
+- :mod:`models.io` — errors, atomic writes, text files, JSONL/CSV records, plot set-up (imports nothing of denki);
+- :mod:`models.text` — tokenisation (NFKC with offsets, MeCab → WordPiece, the vocabulary trainer);
+- :mod:`models.bundle` — the bundle format, PyTorch save/load, ONNX variant files and sessions, size presets;
+- :mod:`models.training` — what every training loop shares, and the pretrained-encoder health check;
+- :mod:`models.classify`, :mod:`models.qa` — each task's fine-tuning, evaluation, decision rule and report;
+- :mod:`models.export` — PyTorch bundle → ONNX bundle behind the parity gate.
+
+``io ← text ← bundle ← classify, qa ← export``, with ``training`` (needs only ``io``) beside ``bundle``.
+Importing a package is cheap and torch-free (no ``__init__`` imports anything); modules that need torch import it themselves,
+so that ``serve/`` (which must not import torch) can use the tokenizer, the bundle reader, the ONNX sessions and
+the decision rules. ``tests/test_layout.py`` checks the direction and that nothing imports in a circle.
 """

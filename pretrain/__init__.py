@@ -1,1 +1,6 @@
-"""Corpus → tokenized cache → RTD/MLM pretraining → discriminator bundle."""
+"""Corpus → tokenized cache (:mod:`.data`) → RTD/MLM pretraining (:mod:`.train`, with :mod:`.masking`,
+:mod:`.model`, :mod:`.flops`, :mod:`.diagnostics`, :mod:`.checkpoint`; the run log read back in :mod:`.runlog`)
+→ discriminator bundle (:mod:`.export`); and the ELECTRA-vs-MLM experiment on top (:mod:`.experiment`).
+
+May import: ``models/`` (never ``serve/`` or ``app/``).
+"""

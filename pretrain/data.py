@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.errors import InputError
-from models.fileio import atomic_write_json
-from models.textio import count_lines, iter_lines
+from models.io.errors import InputError
+from models.io.fileio import atomic_write_json
+from models.io.textio import count_lines, iter_lines
 
 CACHE_FORMAT = 1
 
@@ -39,7 +39,7 @@ def default_cache_dir() -> Path:
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    from models.fileio import sha256_file
+    from models.io.fileio import sha256_file
 
     p = Path(path)
     if not p.is_file():

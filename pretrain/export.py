@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from models.errors import DenkiError
+from models.io.errors import DenkiError
 
 
 def export_bundle(model, tokenizer_dir, out_dir, *, source: dict, metrics: dict) -> dict:
     """``model``: the HF model to export (``pretrainer.export_model``). Returns the manifest."""
-    from models.bundle_torch import save_bundle
+    from models.bundle.pytorch import save_bundle
 
     model.config.architectures = [type(model).__name__]
     return save_bundle(model, tokenizer_dir, out_dir, "pretrained", source=source, metrics=metrics)
@@ -44,7 +44,7 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
 
     from .checkpoint import load_checkpoint, read_state
     from .model import build_pretrainer
-    from .train import _bundle_metrics, _last_diagnostics, read_metrics
+    from .runlog import bundle_metrics, last_diagnostics, read_metrics
 
     ckpt = _resolve_checkpoint(Path(checkpoint))
     run_dir = ckpt.parent.parent
@@ -61,8 +61,8 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
     rows = [r for r in read_metrics(run_dir) if r["step"] <= state["step"]]
     ident = state.get("identity", {})
     summary = {"steps": state["step"], "tokens": state["tokens"], "flops": state["flops"], "wall_s": state["wall_s"],
-               "final": rows[-1] if rows else {}, "diagnostics": _last_diagnostics(rows)}
-    from models.bundle import command_line
+               "final": rows[-1] if rows else {}, "diagnostics": last_diagnostics(rows)}
+    from models.bundle.format import command_line
 
     source = {"objective": mc["objective"], "size": ident.get("size"), "checkpoint": str(ckpt),
               "corpus": [{"path": p, "sha256": s} for p, s in zip(run.get("corpus", []),
@@ -70,4 +70,4 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
               "tokenizer": ident.get("tokenizer"), "seed": ident.get("seed"), "steps": state["step"],
               "tokens": state["tokens"], "flops": state["flops"], "max_flops": ident.get("max_flops"),
               "command": command_line()}
-    return export_bundle(model.export_model, tok_dir, out_dir, source=source, metrics=_bundle_metrics(summary))
+    return export_bundle(model.export_model, tok_dir, out_dir, source=source, metrics=bundle_metrics(summary))

@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.errors import DenkiError
-from models.fileio import atomic_write_json, atomic_write_text
+from models.io.errors import DenkiError
+from models.io.fileio import atomic_write_json, atomic_write_text
 
-from models.pretrain_health import verdict
+from models.training.pretrain_health import verdict
 
 from . import checkpoint as ck
 from .data import PackedSequences, build_token_cache, file_sha256
@@ -37,6 +37,7 @@ from .diagnostics import probe_batch, run_probe
 from .flops import expected_masked, step_flops
 from .masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
 from .model import OBJECTIVES, RTD_OBJECTIVES, build_pretrainer
+from .runlog import bundle_metrics, last_diagnostics, read_metrics
 
 DEFAULT_LR = {"tiny": 1e-3, "small": 5e-4, "base": 2e-4}
 #: replaced-token detection at size tiny: 1e-3 collapses the discriminator at CPU budgets, 3e-4 (with the prior
@@ -93,7 +94,7 @@ def _dist_env() -> tuple[int, int, int]:
 
 
 def _init_distributed(device_name: str):
-    from models.training import pick_device
+    from models.training.loop import pick_device
 
     rank, world, local = _dist_env()
     device = pick_device(device_name)
@@ -158,7 +159,6 @@ def _check_same_run(out: Path, ident: dict) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ metrics
-DIAG_KEYS = ("cls_spread", "mean_spread", "disc_auc", "probe_replace_rate")
 _SUM_KEYS = ("n_masked", "gen_correct", "n_nonpad", "n_replaced", "disc_correct", "disc_tp", "disc_pred_pos")
 
 
@@ -193,15 +193,8 @@ def _truncate_metrics(path: Path, max_step: int) -> None:
     atomic_write_text(path, "".join(k + "\n" for k in keep))
 
 
-def read_metrics(out: str | os.PathLike) -> list[dict]:
-    p = Path(out) / "metrics.jsonl"
-    if not p.is_file():
-        return []
-    return [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
-
-
 def plot_curves(rows: list[dict], path: str | os.PathLike, title: str = "") -> None:
-    from models.plotting import setup_matplotlib
+    from models.io.plotting import setup_matplotlib
 
     plt = setup_matplotlib()
 
@@ -253,10 +246,10 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     """
     from tqdm.auto import tqdm
 
-    from models.bundle_torch import copy_tokenizer
-    from models.presets import SIZES, electra_config, generator_config
-    from models.tokenizer import JapaneseTokenizer
-    from models.training import build_optimizer, set_seed, warmup_linear_schedule
+    from models.bundle.pytorch import copy_tokenizer
+    from models.bundle.presets import SIZES, electra_config, generator_config
+    from models.text.tokenizer import JapaneseTokenizer
+    from models.training.loop import build_optimizer, set_seed, warmup_linear_schedule
 
     from .export import export_bundle
 
@@ -430,7 +423,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
                "device": str(device), "final": rows[-1] if rows else last_row,
                "bundle": str(out / "bundle") if cfg.export else None, "checkpoint": str(ck.latest_checkpoint(out))}
     if main:
-        summary["diagnostics"] = last_diag or _last_diagnostics(rows)
+        summary["diagnostics"] = last_diag or last_diagnostics(rows)
         warning = verdict(summary["diagnostics"])
         summary["health_warning"] = warning
         if warning:
@@ -439,7 +432,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         if cfg.export:
             export_bundle(model.export_model, out / "tokenizer", out / "bundle",
                           source=_source(cfg, shas, tok.fingerprint(), summary),
-                          metrics=_bundle_metrics(summary))
+                          metrics=bundle_metrics(summary))
         atomic_write_json(summary_path, summary)
     _barrier(world)
     return summary
@@ -454,7 +447,7 @@ class _null:
 
 
 def _source(cfg: PretrainConfig, shas, tok_fp, summary) -> dict:
-    from models.bundle import command_line
+    from models.bundle.format import command_line
 
     return {"objective": cfg.objective, "size": cfg.size,
             "corpus": [{"path": str(p), "sha256": s} for p, s in zip(cfg.corpus, shas)],
@@ -466,23 +459,9 @@ def _source(cfg: PretrainConfig, shas, tok_fp, summary) -> dict:
             "command": command_line()}
 
 
-def _bundle_metrics(summary: dict) -> dict:
-    final = dict(summary.get("final") or {})
-    return {"final": final, "steps": summary["steps"], "tokens": summary["tokens"], "flops": summary["flops"],
-            "wall_s": summary["wall_s"], "diagnostics": summary.get("diagnostics")}
-
-
-def _last_diagnostics(rows: list[dict]) -> dict | None:
-    """The newest probe values logged in metrics.jsonl (rows that carry ``cls_spread``)."""
-    for r in reversed(rows):
-        if "cls_spread" in r:
-            return {k: r[k] for k in DIAG_KEYS if k in r}
-    return None
-
-
 def _ensure_bundle(out: Path, summary: dict, cfg: PretrainConfig) -> None:
     """A finished run whose bundle is missing or damaged is exported again from its last checkpoint."""
-    from models.bundle import verify_bundle
+    from models.bundle.format import verify_bundle
 
     from .export import export_from_checkpoint
 

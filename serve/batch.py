@@ -25,9 +25,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.errors import DenkiError, InputError
-from models.fileio import atomic_write_json, sha256_file
-from models.textio import open_binary
+from models.io.errors import DenkiError, InputError
+from models.io.fileio import atomic_write_json, sha256_file
+from models.io.textio import open_binary
 from serve.runtime import MAX_TEXT_CHARS
 
 ADDED = ("label", "score", "route")

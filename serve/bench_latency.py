@@ -18,19 +18,19 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle import read_manifest
-from models.errors import DenkiError
-from models.fileio import atomic_write_json, atomic_write_text
+from models.bundle.format import read_manifest
+from models.io.errors import DenkiError
+from models.io.fileio import atomic_write_json, atomic_write_text
 
 
 def _texts(bundle: Path, texts_path: str | None, field: str) -> list[str]:
     if texts_path:
         p = Path(texts_path)
         if p.suffix in (".txt",) or p.name.endswith(".txt.gz"):
-            from models.textio import iter_lines
+            from models.io.textio import iter_lines
 
             return [t for _, t in iter_lines(p) if t.strip()]
-        from models.records import iter_records
+        from models.io.records import iter_records
 
         return [r[field] for _, r in iter_records(p) if isinstance(r.get(field), str) and r[field].strip()]
     sample = json.loads((bundle / "parity_sample.json").read_text(encoding="utf-8"))
@@ -213,7 +213,7 @@ def to_markdown(result: dict) -> str:
 
 
 def _plot(result: dict, path: Path) -> None:
-    from models.plotting import setup_matplotlib
+    from models.io.plotting import setup_matplotlib
 
     plt = setup_matplotlib()
 

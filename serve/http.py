@@ -17,20 +17,22 @@ max wait). Limits answer with clear JSON: body over ``max_body_bytes`` → 413; 
 or malformed input → 422; queue full or shutting down → 503 with ``Retry-After``. Routes exist only for the models
 that are loaded (a classifier-only server has no ``/v1/answer``).
 
-No torch here, and no ``prometheus_client`` dependency: the few metrics are written in the text exposition format
-by :class:`Metrics`.
+No torch here. The metrics are ``prometheus_client`` counters, histograms and gauges (:class:`Metrics`), served in
+the Prometheus text exposition format.
 """
 import json
 import logging
 import math
-import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from models.errors import DenkiError
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from models.io.errors import DenkiError
 from serve.microbatch import BatchStats, MicroBatcher, QueueFull, ShuttingDown
 from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS
 
@@ -70,101 +72,139 @@ class ServerSettings:
 
 
 # ---------------------------------------------------------------------------------------------------- metrics
-class _Histogram:
-    def __init__(self, buckets: Sequence[float]):
+class HistogramView:
+    """A read-only snapshot of one labelled histogram: ``buckets`` (upper bounds), ``counts`` per bucket (not
+    cumulative; the last one is ``+Inf``), ``sum`` and ``count``."""
+
+    def __init__(self, buckets: Sequence[float], cumulative: Sequence[float], total: float):
         self.buckets = tuple(buckets)
-        self.counts = [0] * (len(self.buckets) + 1)  # last = +Inf
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, v: float) -> None:
-        for i, b in enumerate(self.buckets):
-            if v <= b:
-                self.counts[i] += 1
-                break
-        else:
-            self.counts[-1] += 1
-        self.sum += v
-        self.count += 1
+        cum = [int(c) for c in cumulative]
+        self.counts = [c - p for c, p in zip(cum, [0] + cum[:-1])]
+        self.count = cum[-1] if cum else 0
+        self.sum = float(total)
 
 
-def _labels(d: dict[str, str]) -> str:
-    def esc(v: str) -> str:
-        return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class _ByLabel(Mapping):
+    """``label value → HistogramView`` over a prometheus_client histogram with one label (read from its samples)."""
 
-    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in d.items()) + "}" if d else ""
+    def __init__(self, hist: Histogram, label: str, buckets: Sequence[float]):
+        self._hist, self._label, self._buckets = hist, label, tuple(buckets)
+
+    def _views(self) -> dict[str, HistogramView]:
+        cum: dict[str, dict[float, float]] = {}
+        sums: dict[str, float] = {}
+        for family in self._hist.collect():
+            for smp in family.samples:
+                key = smp.labels.get(self._label)
+                if smp.name.endswith("_bucket"):
+                    cum.setdefault(key, {})[float(smp.labels["le"])] = smp.value
+                elif smp.name.endswith("_sum"):
+                    sums[key] = smp.value
+        return {k: HistogramView(self._buckets, [v for _, v in sorted(c.items())], sums.get(k, 0.0))
+                for k, c in cum.items()}
+
+    def __getitem__(self, key: str) -> HistogramView:
+        return self._views()[key]
+
+    def __iter__(self):
+        return iter(self._views())
+
+    def __len__(self) -> int:
+        return len(self._views())
+
+
+class _QueueDepth:
+    """Custom collector: items waiting or running per model, read when ``/metrics`` is scraped."""
+
+    def __init__(self, depth: dict[str, Callable[[], int]]):
+        self.depth = depth
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        g = GaugeMetricFamily("denki_queue_items", "Items waiting or running per model (bounded by max_queue).",
+                              labels=["model"])
+        for model, fn in sorted(self.depth.items()):
+            g.add_metric([model], float(fn()))
+        yield g
+
+
+class _WithoutCreated:
+    """The registry as scraped, less the ``*_created`` timestamps prometheus_client adds to counters and
+    histograms (``/metrics`` keeps exactly the series it always had)."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.registry = registry
+
+    def collect(self):
+        for family in self.registry.collect():
+            family.samples = [smp for smp in family.samples if not smp.name.endswith("_created")]
+            yield family
 
 
 class Metrics:
-    """Counters and histograms rendered in the Prometheus text exposition format (version 0.0.4)."""
+    """The server's Prometheus metrics, kept by ``prometheus_client`` in a registry of their own (one per app, so
+    several apps in one process — tests, Ray Serve replicas — never mix) and rendered in its text exposition
+    format (0.0.4):
+
+    - ``denki_http_requests_total{endpoint,method,status}``, ``denki_http_errors_total{endpoint,code}`` (counters);
+    - ``denki_http_request_duration_seconds{endpoint}`` (latency), ``denki_batch_size_items{model}`` and
+      ``denki_batch_size_requests{model}`` (per model call), ``denki_inference_duration_seconds{model}``
+      (histograms);
+    - ``denki_http_in_flight``, ``denki_queue_items{model}`` (gauges).
+
+    ``latency``, ``batch_items``, ``batch_requests`` and ``inference`` map a label value to a
+    :class:`HistogramView` snapshot; ``in_flight`` is the gauge's value."""
 
     def __init__(self):
-        self._lock = threading.Lock()
-        self.requests: dict[tuple, int] = {}  # (endpoint, method, status) → count
-        self.errors: dict[tuple, int] = {}  # (endpoint, code) → count
-        self.latency: dict[str, _Histogram] = {}  # endpoint → seconds
-        self.batch_items: dict[str, _Histogram] = {}  # model → items per model call
-        self.batch_requests: dict[str, _Histogram] = {}  # model → requests per model call
-        self.inference: dict[str, _Histogram] = {}  # model → seconds per model call
-        self.in_flight = 0
-        self.queue_depth: dict[str, Any] = {}  # model → callable returning the pending item count
+        self.registry = r = CollectorRegistry()
+        self._requests = Counter("denki_http_requests", "HTTP requests by endpoint, method and status code.",
+                                 ["endpoint", "method", "status"], registry=r)
+        self._errors = Counter("denki_http_errors", "Error responses by endpoint and error code.",
+                               ["endpoint", "code"], registry=r)
+        self._latency = Histogram("denki_http_request_duration_seconds", "Request latency (seconds) by endpoint.",
+                                  ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
+        self._batch_items = Histogram("denki_batch_size_items",
+                                      "Items (texts or question/context pairs) per model call.", ["model"],
+                                      buckets=BATCH_BUCKETS, registry=r)
+        self._batch_requests = Histogram("denki_batch_size_requests", "HTTP requests merged into one model call.",
+                                         ["model"], buckets=BATCH_BUCKETS, registry=r)
+        self._inference = Histogram("denki_inference_duration_seconds",
+                                    "Seconds per model call (tokenize + run + decode).", ["model"],
+                                    buckets=LATENCY_BUCKETS, registry=r)
+        self._in_flight = Gauge("denki_http_in_flight", "Requests being handled now.", registry=r)
+        self.queue_depth: dict[str, Callable[[], int]] = {}  # model → callable returning the pending item count
+        r.register(_QueueDepth(self.queue_depth))
+        self.latency = _ByLabel(self._latency, "endpoint", LATENCY_BUCKETS)
+        self.batch_items = _ByLabel(self._batch_items, "model", BATCH_BUCKETS)
+        self.batch_requests = _ByLabel(self._batch_requests, "model", BATCH_BUCKETS)
+        self.inference = _ByLabel(self._inference, "model", LATENCY_BUCKETS)
+
+    @property
+    def in_flight(self) -> int:
+        return int(next(iter(self._in_flight.collect())).samples[0].value)
+
+    def request_started(self) -> None:
+        self._in_flight.inc()
+
+    def request_finished(self) -> None:
+        self._in_flight.dec()
 
     def observe_request(self, endpoint: str, method: str, status: int, seconds: float) -> None:
-        with self._lock:
-            key = (endpoint, method, str(status))
-            self.requests[key] = self.requests.get(key, 0) + 1
-            self.latency.setdefault(endpoint, _Histogram(LATENCY_BUCKETS)).observe(seconds)
+        self._requests.labels(endpoint, method, str(status)).inc()
+        self._latency.labels(endpoint).observe(seconds)
 
     def observe_error(self, endpoint: str, code: str) -> None:
-        with self._lock:
-            self.errors[(endpoint, code)] = self.errors.get((endpoint, code), 0) + 1
+        self._errors.labels(endpoint, code).inc()
 
     def observe_batch(self, model: str, stats: BatchStats) -> None:
-        with self._lock:
-            self.batch_items.setdefault(model, _Histogram(BATCH_BUCKETS)).observe(stats.items)
-            self.batch_requests.setdefault(model, _Histogram(BATCH_BUCKETS)).observe(stats.requests)
-            self.inference.setdefault(model, _Histogram(LATENCY_BUCKETS)).observe(stats.seconds)
+        self._batch_items.labels(model).observe(stats.items)
+        self._batch_requests.labels(model).observe(stats.requests)
+        self._inference.labels(model).observe(stats.seconds)
 
     def render(self) -> str:
-        out: list[str] = []
-
-        def hist(name: str, help_: str, label: str, data: dict[str, _Histogram]) -> None:
-            out.append(f"# HELP {name} {help_}")
-            out.append(f"# TYPE {name} histogram")
-            for key, h in sorted(data.items()):
-                cum = 0
-                for b, c in zip(list(h.buckets) + ["+Inf"], h.counts):
-                    cum += c
-                    le = b if b == "+Inf" else repr(float(b))
-                    out.append(f"{name}_bucket{_labels({label: key, 'le': le})} {cum}")
-                out.append(f"{name}_sum{_labels({label: key})} {h.sum!r}")
-                out.append(f"{name}_count{_labels({label: key})} {h.count}")
-
-        with self._lock:
-            out.append("# HELP denki_http_requests_total HTTP requests by endpoint, method and status code.")
-            out.append("# TYPE denki_http_requests_total counter")
-            for (ep, m, st), n in sorted(self.requests.items()):
-                out.append(f"denki_http_requests_total{_labels({'endpoint': ep, 'method': m, 'status': st})} {n}")
-            out.append("# HELP denki_http_errors_total Error responses by endpoint and error code.")
-            out.append("# TYPE denki_http_errors_total counter")
-            for (ep, code), n in sorted(self.errors.items()):
-                out.append(f"denki_http_errors_total{_labels({'endpoint': ep, 'code': code})} {n}")
-            hist("denki_http_request_duration_seconds", "Request latency (seconds) by endpoint.", "endpoint",
-                 self.latency)
-            hist("denki_batch_size_items", "Items (texts or question/context pairs) per model call.", "model",
-                 self.batch_items)
-            hist("denki_batch_size_requests", "HTTP requests merged into one model call.", "model",
-                 self.batch_requests)
-            hist("denki_inference_duration_seconds", "Seconds per model call (tokenize + run + decode).", "model",
-                 self.inference)
-            out.append("# HELP denki_http_in_flight Requests being handled now.")
-            out.append("# TYPE denki_http_in_flight gauge")
-            out.append(f"denki_http_in_flight {self.in_flight}")
-            out.append("# HELP denki_queue_items Items waiting or running per model (bounded by max_queue).")
-            out.append("# TYPE denki_queue_items gauge")
-            for model, fn in sorted(self.queue_depth.items()):
-                out.append(f"denki_queue_items{_labels({'model': model})} {fn()}")
-        return "\n".join(out) + "\n"
+        return generate_latest(_WithoutCreated(self.registry)).decode("utf-8")
 
 
 # ------------------------------------------------------------------------------------------------ ASGI layers
@@ -196,7 +236,7 @@ class _ObserveAndLimit:
                 status["code"] = message["status"]
             await send(message)
 
-        self.metrics.in_flight += 1
+        self.metrics.request_started()
         try:
             receive2 = await self._limited_body(scope, receive)
             if receive2 is None:
@@ -206,7 +246,7 @@ class _ObserveAndLimit:
             else:
                 await self.app(scope, receive2, send_wrapper)
         finally:
-            self.metrics.in_flight -= 1
+            self.metrics.request_finished()
             self.metrics.observe_request(endpoint, scope.get("method", ""), status["code"], time.perf_counter() - t0)
 
     async def _limited_body(self, scope, receive):

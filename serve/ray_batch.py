@@ -25,7 +25,7 @@ import json
 import time
 from pathlib import Path
 
-from models.errors import DenkiError, InputError
+from models.io.errors import DenkiError, InputError
 from serve.batch import (ADDED, _finalize, _fmt, _Writer, check_text, csv_header, iter_rows, output_prefix,
                          scored_record)
 
@@ -170,8 +170,8 @@ def classify_files_ray(model_dir, input_pattern: str, output_dir, *, text_field:
     named after it) on Ray Data; returns totals, per-file counts and throughput (also in ``summary.json``)."""
     from tqdm.auto import tqdm
 
-    from models.bundle import read_task
-    from models.fileio import atomic_write_json
+    from models.bundle.format import read_task
+    from models.io.fileio import atomic_write_json
     from serve.ray_setup import checked_bundle, connect_ray
 
     files = expand_inputs(input_pattern)

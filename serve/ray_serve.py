@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from models.errors import DenkiError
+from models.io.errors import DenkiError
 
 APP_NAME = "denki"
 

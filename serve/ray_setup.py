@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.errors import DenkiError
+from models.io.errors import DenkiError
 
 #: environment of every Ray worker (and of this process before ``import ray``)
 WORKER_ENV = {
@@ -39,7 +39,7 @@ def checked_bundle(path: str | os.PathLike, kind: str) -> str:
     """Absolute path of a verified ONNX bundle of ``kind`` (files match the manifest's sha256s). Checked on the
     driver so that a wrong path or a damaged bundle fails with a clear error before Ray starts; absolute because
     replicas and actors may run in another working directory."""
-    from models.bundle import verify_bundle
+    from models.bundle.format import verify_bundle
     from serve.runtime import resolve_onnx_bundle
 
     p = Path(resolve_onnx_bundle(path)).resolve()

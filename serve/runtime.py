@@ -8,7 +8,7 @@
 
 Only numpy, onnxruntime and denki's tokenizer are imported (a test checks ``sys.modules`` for torch). The
 decision rules are the bundle's ``task.json`` applied by the same numpy code as the PyTorch evaluation
-(:mod:`models.decision`, :mod:`models.qa_postprocess`).
+(:mod:`models.classify.decision`, :mod:`models.qa.postprocess`).
 
 Backends (files of an ONNX bundle): ``fp32`` (``model.onnx``), ``o2`` (ORT graph fusions), ``int8`` (dynamic
 quantisation, CPU), ``fp16`` (for CUDA). Device: CUDA when a CUDA session can really be created (onnxruntime-gpu
@@ -19,86 +19,18 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
-from models.bundle import read_manifest, read_task, resolve_bundle, verify_bundle
-from models.errors import DenkiError
-from models.tokenizer import JapaneseTokenizer
+from models.bundle.format import read_manifest, read_task, resolve_bundle, verify_bundle
+from models.bundle.onnx import MODEL_FILES, import_ort, open_session
+from models.io.errors import DenkiError
+from models.text.tokenizer import JapaneseTokenizer
 
-MODEL_FILES = {"fp32": "model.onnx", "o2": "model.o2.onnx", "int8": "model.int8.onnx", "fp16": "model.fp16.onnx"}
 ONNX_KINDS = ("onnx-classifier", "onnx-qa")
 MAX_TEXT_CHARS = 20_000  # an inquiry; longer input is refused with a clear message, not silently cut
 MAX_CONTEXT_CHARS = 100_000  # a QA passage (windows cover all of it)
 HUMAN = "human"
-
-
-def _ort():
-    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-    import onnxruntime as ort
-
-    return ort
-
-
-_VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
-_EXACT_INT8: bool | None = None
-
-
-def exact_int8_gemm() -> bool:
-    """True where onnxruntime's default int8 GEMM would saturate, so sessions turn on its exact mode.
-
-    Dynamic int8 graphs multiply uint8 activations by int8 weights (U8S8). On x86 CPUs without VNNI (AVX2 only,
-    e.g. many AMD EPYC / older Xeon; AVX-512 without VNNI) that kernel sums pairs of products in 16 bits with
-    saturation (``vpmaddubsw``), so the int8 outputs are wrong where two large products meet — and differ from
-    a VNNI CPU's. ``session.x64quantprecision=1`` makes onnxruntime convert such weights to uint8 and use its
-    exact U8U8 kernel: the same integer results as on a VNNI CPU, somewhat slower. On VNNI CPUs the default
-    kernel is already exact (and faster), so the option is left off there; on other architectures it does not
-    exist. Decided once per process from the CPU flags (Linux); x86 without readable flags → exact mode."""
-    global _EXACT_INT8
-    if _EXACT_INT8 is None:
-        import platform
-
-        if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
-            _EXACT_INT8 = False
-        else:
-            try:
-                with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-                    flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
-            except OSError:
-                flags = None
-            _EXACT_INT8 = flags is None or not any(v in flags for v in _VNNI_FLAGS)
-    return _EXACT_INT8
-
-
-def _session(path: Path, device: str, threads: int | None):
-    """Create an InferenceSession; for ``cuda`` fall back to CPU when CUDA cannot really be used.
-
-    Returns ``(session, provider)``."""
-    ort = _ort()
-    so = ort.SessionOptions()
-    so.log_severity_level = 3  # the CUDA probe on a CPU machine logs errors we handle ourselves
-    if exact_int8_gemm():
-        # int8 outputs identical on every x86 CPU (see exact_int8_gemm); no effect on float graphs
-        so.add_session_config_entry("session.x64quantprecision", "1")
-    if threads:
-        so.intra_op_num_threads = int(threads)
-        so.inter_op_num_threads = 1
-    providers = ["CPUExecutionProvider"]
-    if device == "cuda":
-        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    old = ort.get_default_logger_severity() if hasattr(ort, "get_default_logger_severity") else None
-    ort.set_default_logger_severity(4)
-    try:
-        sess = ort.InferenceSession(str(path), sess_options=so, providers=providers)
-    finally:
-        if old is not None:
-            ort.set_default_logger_severity(old)
-    provider = sess.get_providers()[0]
-    if device == "cuda" and provider != "CUDAExecutionProvider":
-        raise DenkiError("--device cuda: onnxruntime could not create a CUDA session here (no GPU, or CUDA/cuDNN "
-                         "libraries missing); use --device cpu or auto")
-    return sess, provider
 
 
 resolve_onnx_bundle = resolve_bundle  # a bundle dir, or `denki export --out` holding one in bundle/
@@ -128,7 +60,7 @@ class Predictor:
         self.device = "cuda" if device == "cuda" or (device == "auto" and _cuda_usable()) else "cpu"
         self.backend = self._choose_backend(backend, available)
         self.model_file = self.dir / available[self.backend]
-        self.session, self.provider = _session(self.model_file, self.device, threads)
+        self.session, self.provider = open_session(self.model_file, self.device, threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.last_timing: dict[str, float] = {}
@@ -199,7 +131,7 @@ class Predictor:
 
     def classify(self, texts: Sequence[str], *, batch_size: int = 32) -> list[dict]:
         """``[{"label", "score", "scores", "route"}]`` per text, by the bundle's routing rule."""
-        from models.decision import route
+        from models.classify.decision import route
 
         if not texts:
             return []
@@ -213,7 +145,7 @@ class Predictor:
 
     def answer_batch(self, pairs: Sequence[tuple[str, str]], *, batch_size: int = 16,
                      n_best: int | None = None) -> list[dict]:
-        from models.qa_postprocess import postprocess_question
+        from models.qa.postprocess import postprocess_question
 
         if self.kind != "onnx-qa":
             raise DenkiError(f"{self.dir} is a {self.kind} bundle, not a QA model")
@@ -272,7 +204,7 @@ def _cuda_usable() -> bool:
     """True if onnxruntime can really run on CUDA here (checked once with a one-node model)."""
     global _CUDA_OK
     if _CUDA_OK is None:
-        ort = _ort()
+        ort = import_ort()
         _CUDA_OK = False
         # No NVIDIA device node on Linux → no GPU: skip the probe (it would log loud library-load errors).
         import glob

@@ -38,7 +38,7 @@ def shared(name: str) -> Path:
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tmp_path_factory) -> Path:
     """A 4,000-token tokenizer trained on the shipped sample corpus (≈1 s)."""
-    from models.tokenizer import train_tokenizer
+    from models.text.tokenizer import train_tokenizer
 
     out = tmp_path_factory.mktemp("tok")
     train_tokenizer([SAMPLE_CORPUS], vocab_size=4000, limit_alphabet=1500, progress=False).save(out)
@@ -47,7 +47,7 @@ def tiny_tokenizer_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_tokenizer_dir):
-    from models.tokenizer import JapaneseTokenizer
+    from models.text.tokenizer import JapaneseTokenizer
 
     return JapaneseTokenizer.load(tiny_tokenizer_dir)
 
@@ -94,9 +94,9 @@ def classifier_bundle(tmp_path_factory, tiny_tokenizer_dir):
     import torch
     from transformers import ElectraForSequenceClassification
 
-    from models.bundle_torch import save_bundle
-    from models.presets import electra_config
-    from models.tokenizer import JapaneseTokenizer
+    from models.bundle.pytorch import save_bundle
+    from models.bundle.presets import electra_config
+    from models.text.tokenizer import JapaneseTokenizer
 
     rows = inquiry_rows()
     labels = sorted({r["label"] for r in rows})
@@ -125,7 +125,7 @@ def classifier_bundle(tmp_path_factory, tiny_tokenizer_dir):
 
 @pytest.fixture(scope="session")
 def onnx_classifier(classifier_bundle, tmp_path_factory):
-    from serve.export import export_bundle
+    from models.export.onnx import export_bundle
 
     out = tmp_path_factory.mktemp("onnx") / "cls"
     export_bundle(classifier_bundle, out, optimize="O2", quantize="int8", fp16=True, min_agreement=0.8,
@@ -140,9 +140,9 @@ def qa_bundle(tmp_path_factory, tiny_tokenizer_dir):
     import torch
     from transformers import ElectraForQuestionAnswering
 
-    from models.bundle_torch import save_bundle
-    from models.presets import electra_config
-    from models.tokenizer import JapaneseTokenizer
+    from models.bundle.pytorch import save_bundle
+    from models.bundle.presets import electra_config
+    from models.text.tokenizer import JapaneseTokenizer
 
     rows = read_jsonl(SAMPLE_QA_DEV)[:24]
     tok = JapaneseTokenizer.load(tiny_tokenizer_dir)
@@ -161,7 +161,7 @@ def qa_bundle(tmp_path_factory, tiny_tokenizer_dir):
 
 @pytest.fixture(scope="session")
 def onnx_qa(qa_bundle, tmp_path_factory):
-    from serve.export import export_bundle
+    from models.export.onnx import export_bundle
 
     out = tmp_path_factory.mktemp("onnx") / "qa"
     export_bundle(qa_bundle, out, optimize="O2", quantize="int8", min_agreement=0.0, max_drop=1.0, progress=False)

@@ -31,7 +31,7 @@ def split(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pretrained(tiny_tokenizer_dir, tmp_path_factory):
-    from models.bundle_torch import random_init_bundle
+    from models.bundle.pytorch import random_init_bundle
 
     out = tmp_path_factory.mktemp("pre") / "bundle"
     random_init_bundle("tiny", tiny_tokenizer_dir, out, seed=0)
@@ -49,7 +49,7 @@ def finetuned(split, pretrained, tmp_path_factory):
 
 
 def test_finetune_writes_bundle_report_and_pngs(finetuned):
-    from models.bundle import read_task, verify_bundle
+    from models.bundle.format import read_task, verify_bundle
 
     manifest = verify_bundle(finetuned / "bundle", kinds=("classifier",))
     assert "task.json" in manifest["files"] and "parity_sample.json" in manifest["files"]
@@ -91,10 +91,10 @@ def test_evaluate_matches_finetune_report(finetuned, split, tmp_path):
 
 
 def test_bundle_logits_route_through_numpy_rule(finetuned, split):
-    """The PyTorch model + models.decision.route reproduce the parity sample's logits and decisions."""
-    from models.bundle import read_task
-    from models.classify import torch_logits_fn
-    from models.decision import route
+    """The PyTorch model + models.classify.decision.route reproduce the parity sample's logits and decisions."""
+    from models.bundle.format import read_task
+    from models.classify.predict import torch_logits_fn
+    from models.classify.decision import route
 
     bundle = finetuned / "bundle"
     parity = json.loads((bundle / "parity_sample.json").read_text(encoding="utf-8"))
@@ -105,7 +105,7 @@ def test_bundle_logits_route_through_numpy_rule(finetuned, split):
 
 
 def test_epochs_zero_refits_the_rule_only(finetuned, split, tmp_path):
-    from models.bundle import read_task
+    from models.bundle.format import read_task
 
     rc = main(["finetune", "classify", "--model", str(finetuned), "--train", str(split / "train.jsonl"),
                "--dev", str(split / "dev.jsonl"), "--out", str(tmp_path / "refit"), "--epochs", "0",
@@ -196,7 +196,7 @@ def test_extended_livedoor_titles_nine_labels(tiny_tokenizer_dir, tmp_path):
                "--train", str(tr), "--dev", str(dv), "--text-field", "title", "--out", str(out),
                "--target-coverage", "0.8", *FT[:1], "1", *FT[2:]])
     assert rc == 0
-    from models.bundle import read_task
+    from models.bundle.format import read_task
 
     task = read_task(out / "bundle")
     assert len(task["labels"]) == 9 and task["text_field"] == "title"

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from models.errors import DenkiError
+from models.io.errors import DenkiError
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from models.errors import DenkiError  # noqa: E402
+from models.io.errors import DenkiError  # noqa: E402
 from serve.http import Metrics, ServerSettings, create_app  # noqa: E402
 from serve.microbatch import MicroBatcher, QueueFull  # noqa: E402
 from serve.runtime import Predictor  # noqa: E402
@@ -48,12 +48,14 @@ class Gated:
     def __init__(self, p):
         self.p, self.kind, self.dir = p, p.kind, p.dir
         self.gate = threading.Event()
+        self.entered = threading.Event()  # a model call is waiting at the gate
         self.calls: list[int] = []
 
     def describe(self):
         return "gated " + self.p.describe()
 
     def classify(self, texts, batch_size=32):
+        self.entered.set()
         assert self.gate.wait(20), "test gate never opened"
         self.calls.append(len(texts))
         return self.p.classify(texts, batch_size=batch_size)
@@ -167,18 +169,27 @@ def test_health_ready_metrics_openapi(client):
     client.post("/v1/classify", json={"texts": ["a", "b"]})
     m = client.get("/metrics")
     assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
-    text = m.text
-    assert 'denki_http_requests_total{endpoint="/v1/classify",method="POST",status="200"}' in text
-    assert 'denki_http_errors_total{endpoint="/v1/classify",code="too_many_items"}' in text
-    assert 'denki_batch_size_items_bucket{model="classifier",le="+Inf"}' in text
+    # the exposition, read back with prometheus_client's own parser (label order and number format are its own)
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = [(smp.name, smp.labels, smp.value) for fam in text_string_to_metric_families(m.text)
+               for smp in fam.samples]
+    names = {n for n, _, _ in samples}
+
+    def value(name: str, **labels) -> float:
+        return next(v for n, lab, v in samples if n == name and lab == labels)
+
+    assert value("denki_http_requests_total", endpoint="/v1/classify", method="POST", status="200") >= 1
+    assert value("denki_http_errors_total", endpoint="/v1/classify", code="too_many_items") >= 1
+    assert value("denki_batch_size_items_bucket", model="classifier", le="+Inf") >= 1
+    assert {"denki_http_in_flight", "denki_queue_items"} <= names
+    assert not [n for n in names if n.endswith("_created")]  # the same series as before prometheus_client
     # histogram buckets are cumulative and end at _count
-    prefix = 'denki_http_request_duration_seconds_bucket{endpoint="/v1/classify"'
-    lines = [ln for ln in text.splitlines() if ln.startswith(prefix)]
-    counts = [int(ln.rsplit(" ", 1)[1]) for ln in lines]
-    assert counts == sorted(counts) and counts[-1] > 0
-    total = [ln for ln in text.splitlines()
-             if ln.startswith('denki_http_request_duration_seconds_count{endpoint="/v1/classify"}')]
-    assert int(total[0].rsplit(" ", 1)[1]) == counts[-1]
+    buckets = sorted((float(lab["le"]), v) for n, lab, v in samples
+                     if n == "denki_http_request_duration_seconds_bucket" and lab["endpoint"] == "/v1/classify")
+    counts = [v for _, v in buckets]
+    assert len(counts) == 12 and counts == sorted(counts) and counts[-1] > 0
+    assert value("denki_http_request_duration_seconds_count", endpoint="/v1/classify") == counts[-1]
     spec = client.get("/openapi.json").json()
     assert {"/v1/classify", "/v1/answer", "/v1/answer/batch", "/healthz", "/readyz", "/metrics"} <= set(spec["paths"])
     assert spec["paths"]["/v1/classify"]["post"]["requestBody"]["content"]["application/json"]
@@ -315,8 +326,10 @@ def test_graceful_shutdown_finishes_in_flight(cls_pred):
     req = threading.Thread(target=lambda: result.setdefault(
         "r", httpx.post(url + "/v1/classify", json={"texts": ["終わるまで待つ"]}, timeout=20)))
     req.start()
-    while not gated.calls and app.state.metrics.in_flight == 0:
-        time.sleep(0.01)
+    # the request is in flight once its model call waits at the gate (the in-flight gauge alone could still
+    # count the last /readyz poll, whose response the client may get before the server's bookkeeping ends)
+    assert gated.entered.wait(20)
+    assert app.state.metrics.in_flight >= 1
     server.should_exit = True  # what SIGINT/SIGTERM do
     time.sleep(0.3)
     assert th.is_alive()  # still waiting for the in-flight request

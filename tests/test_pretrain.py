@@ -12,13 +12,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from models.errors import DenkiError, InputError
+from models.io.errors import DenkiError, InputError
 from pretrain import checkpoint as ck
 from pretrain.data import PackedSequences, build_token_cache
 from pretrain.flops import step_flops
 from pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
 from pretrain.model import RTDPretrainer, build_pretrainer, gumbel_sample
-from pretrain.train import PretrainConfig, read_metrics, run_pretrain
+from pretrain.runlog import read_metrics
+from pretrain.train import PretrainConfig, run_pretrain
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 SPECIAL = (PAD, CLS, SEP, MASK)
@@ -31,7 +32,7 @@ def cache_dir(tmp_path_factory):
 
 
 def _configs(vocab_size: int, gen_size: float = 0.25):
-    from models.presets import electra_config, generator_config
+    from models.bundle.presets import electra_config, generator_config
 
     d = electra_config("tiny", vocab_size, num_hidden_layers=2)
     return d, generator_config(d, gen_size)
@@ -197,7 +198,7 @@ def test_analytic_flops_match_flop_counter(objective):
     from torch.utils.flop_counter import FlopCounterMode
 
     torch.manual_seed(0)
-    from models.presets import electra_config, generator_config
+    from models.bundle.presets import electra_config, generator_config
 
     d = electra_config("tiny", 4000)
     g = generator_config(d, 0.25)
@@ -253,7 +254,7 @@ def test_corpus_errors_name_file_and_line(tiny_tokenizer, tmp_path):
 def test_resume_after_kill_gives_identical_parameters_and_export_loads(tiny_tokenizer_dir, cache_dir, tmp_path):
     from transformers import AutoModel, ElectraForSequenceClassification
 
-    from models.bundle import verify_bundle
+    from models.bundle.format import verify_bundle
 
     a = _cfg(tiny_tokenizer_dir, tmp_path / "a", cache_dir, export=True)
     b = _cfg(tiny_tokenizer_dir, tmp_path / "b", cache_dir, export=True)
@@ -338,7 +339,7 @@ def test_cli_mlm_run_and_export_subcommand(tiny_tokenizer_dir, cache_dir, tmp_pa
     ElectraForSequenceClassification.from_pretrained(out / "bundle", num_labels=2)
     rc = main(["pretrain", "export", "--checkpoint", str(out), "--out", str(tmp_path / "exp")])
     assert rc == 0
-    from models.bundle import verify_bundle
+    from models.bundle.format import verify_bundle
 
     assert verify_bundle(tmp_path / "exp")["source"]["steps"] == 3
     # missing arguments: a clear error, no traceback
@@ -365,7 +366,7 @@ def test_ddp_two_cpu_processes_gloo(tiny_tokenizer_dir, cache_dir, tmp_path):
     from pretrain.train import spawn_local
 
     cfg = _cfg(tiny_tokenizer_dir, tmp_path / "ddp", cache_dir, steps=3, batch_size=2, log_every=1, save_every=3)
-    build_token_cache(cfg.corpus, __import__("models.tokenizer", fromlist=["x"]).JapaneseTokenizer.load(
+    build_token_cache(cfg.corpus, __import__("models.text.tokenizer", fromlist=["x"]).JapaneseTokenizer.load(
         tiny_tokenizer_dir), cache_dir, progress=False)
     spawn_local(cfg, world=2, port=_free_port())
     s = json.loads((tmp_path / "ddp" / "summary.json").read_text())
@@ -389,7 +390,7 @@ def test_roc_auc_matches_sklearn_with_ties():
 
 
 def test_verdict_names_collapse_and_chance_auc_and_finetune_warns(capsys):
-    from models.pretrain_health import verdict, warn_if_unlearned
+    from models.training.pretrain_health import verdict, warn_if_unlearned
 
     assert verdict({"cls_spread": 0.03, "mean_spread": 0.02, "disc_auc": 0.81}) is None
     assert verdict(None) is None and verdict({}) is None
@@ -401,7 +402,7 @@ def test_verdict_names_collapse_and_chance_auc_and_finetune_warns(capsys):
 
 
 def test_probe_logged_at_checkpoints_kept_in_summary_and_manifest(tiny_tokenizer_dir, cache_dir, tmp_path):
-    from models.bundle import read_manifest
+    from models.bundle.format import read_manifest
 
     s = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "p", cache_dir, export=True, log_every=5))
     rows = read_metrics(tmp_path / "p")

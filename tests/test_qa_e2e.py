@@ -10,7 +10,7 @@ import math
 import pytest
 
 from app.cli import main
-from models.bundle import read_manifest, read_task, verify_bundle
+from models.bundle.format import read_manifest, read_task, verify_bundle
 
 from .conftest import SAMPLE_QA_DEV, SAMPLE_QA_TRAIN
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def qa_bundle(tmp_path_factory, tiny_tokenizer_dir):
     import torch
 
-    from models.bundle_torch import random_init_bundle
+    from models.bundle.pytorch import random_init_bundle
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("qa")

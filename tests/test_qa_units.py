@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from .conftest import REPO, SAMPLE_QA_DEV, SAMPLE_QA_TRAIN
-from models.errors import InputError
-from models.qa_data import QAExample, read_qa
-from models.qa_features import answer_token_span, build_features
-from models.qa_metrics import (best_threshold, exact_score, f1_score, f1_vs_threshold, max_over_golds,
+from models.io.errors import InputError
+from models.qa.data import QAExample, read_qa
+from models.qa.features import answer_token_span, build_features
+from models.qa.metrics import (best_threshold, exact_score, f1_score, f1_vs_threshold, max_over_golds,
                                normalize_answer, squad_v2_metrics)
-from models.qa_postprocess import apply_threshold, postprocess_predictions, postprocess_question
+from models.qa.postprocess import apply_threshold, postprocess_predictions, postprocess_question
 
 
 def _jsonl(path, recs):
@@ -266,7 +266,7 @@ def test_null_rules_with_answerable_logits():
 
 
 def test_postprocess_module_is_torch_free():
-    code = ("import sys; import models.qa_postprocess, models.qa_metrics, models.qa_data, models.qa_features; "
+    code = ("import sys; import models.qa.postprocess, models.qa.metrics, models.qa.data, models.qa.features; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 

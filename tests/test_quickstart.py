@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from models.bundle import verify_bundle
+from models.bundle.format import verify_bundle
 
 
 def test_quickstart_pipeline_end_to_end_and_rerun_skips(tmp_path, capsys):
@@ -21,7 +21,7 @@ def test_quickstart_pipeline_end_to_end_and_rerun_skips(tmp_path, capsys):
         assert verify_bundle(out / d)["kind"] == kind, d
     s = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert s["pretrain"]["flops"] >= 1e12
-    # the pretraining health probe (models/pretrain_health.py) is in the summary and printed on its row
+    # the pretraining health probe (models/training/pretrain_health.py) is in the summary and printed on its row
     d = s["pretrain"]["diagnostics"]
     assert 0.0 <= d["disc_auc"] <= 1.0 and d["cls_spread"] >= 0 and "probe: disc AUC" in printed
     r = s["routing"]

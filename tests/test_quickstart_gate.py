@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 
 from app.cli import main
-from models.bundle import read_manifest, verify_bundle
-from models.errors import DenkiError
+from models.bundle.format import read_manifest, verify_bundle
+from models.io.errors import DenkiError
 
 from .conftest import SAMPLE_QA_DEV, read_jsonl
 
@@ -39,7 +39,7 @@ def _degenerate_model(vocab_size: int):
     import torch
     from transformers import ElectraForQuestionAnswering
 
-    from models.presets import electra_config
+    from models.bundle.presets import electra_config
 
     torch.manual_seed(0)
     model = ElectraForQuestionAnswering(electra_config("tiny", vocab_size)).eval()
@@ -55,7 +55,7 @@ def _degenerate_model(vocab_size: int):
 def _null_diffs(model, tok, pairs, task) -> np.ndarray:
     import torch
 
-    from models.qa_postprocess import postprocess_question
+    from models.qa.postprocess import postprocess_question
 
     out = []
     for q, c in pairs:
@@ -76,8 +76,8 @@ def _null_diffs(model, tok, pairs, task) -> np.ndarray:
 @pytest.fixture(scope="module")
 def degenerate(tmp_path_factory, tiny_tokenizer_dir):
     """``{"inside": bundle, "margin": bundle, "diffs": array, "onnx": dir of converted files}``."""
-    from models.bundle_torch import save_bundle
-    from models.tokenizer import JapaneseTokenizer
+    from models.bundle.pytorch import save_bundle
+    from models.text.tokenizer import JapaneseTokenizer
 
     root = tmp_path_factory.mktemp("degenerate")
     tok = JapaneseTokenizer.load(tiny_tokenizer_dir)
@@ -101,7 +101,7 @@ def degenerate(tmp_path_factory, tiny_tokenizer_dir):
 
 def _convert(src: Path, work: Path, hf_task: str) -> Path:
     """fp32 + O2 + int8 graphs by the export's own steps (no parity gate, no bundle)."""
-    import serve.export as ex
+    import models.export.onnx as ex
 
     ex._quiet()
     ex._export_fp32(src, work, hf_task)
@@ -119,7 +119,7 @@ def classifier_graphs(classifier_bundle, tmp_path_factory) -> Path:
 def reuse_conversions(monkeypatch, degenerate, classifier_graphs, classifier_bundle):
     """Make export_bundle copy already converted graphs (keyed by the source bundle's weights) instead of
     converting again: each export then costs its parity check only."""
-    import serve.export as ex
+    import models.export.onnx as ex
 
     def sha(src) -> str:
         return read_manifest(src)["files"]["model.safetensors"]
@@ -164,7 +164,7 @@ def test_strict_export_fails_clearly_and_writes_nothing(degenerate, reuse_conver
 
 
 def test_best_effort_leaves_the_failing_variant_out_and_records_it(degenerate, reuse_conversions, tmp_path):
-    from serve.export import export_bundle, format_parity
+    from models.export.onnx import export_bundle, format_parity
     from serve.runtime import Predictor
 
     out = tmp_path / "qa-onnx"
@@ -190,7 +190,7 @@ def test_best_effort_leaves_the_failing_variant_out_and_records_it(degenerate, r
 
 
 def test_a_threshold_with_margin_keeps_int8(degenerate, reuse_conversions, tmp_path):
-    from serve.export import export_bundle
+    from models.export.onnx import export_bundle
 
     # the same weights and int8 graph, the threshold 1.0 below the cluster: every decision keeps its margin
     man = export_bundle(degenerate["margin"], tmp_path / "ok", optimize="O2", quantize="int8", progress=False,
@@ -200,7 +200,7 @@ def test_a_threshold_with_margin_keeps_int8(degenerate, reuse_conversions, tmp_p
 
 
 def test_best_effort_never_leaves_fp32_out(degenerate, reuse_conversions, monkeypatch, tmp_path):
-    import serve.export as ex
+    import models.export.onnx as ex
 
     def parity(model, tok, files, data, task):  # an fp32 graph that does not match PyTorch (measured numbers
         ok = {"ran": True, "max_abs_diff": 1e-6, "agreement": 1.0, "f1_vs_torch": 1.0, "metric_drop": 0.0}
@@ -217,13 +217,13 @@ def test_best_effort_never_leaves_fp32_out(degenerate, reuse_conversions, monkey
 def test_int8_sessions_use_the_exact_kernel_where_needed(degenerate, monkeypatch):
     """On x86 CPUs without VNNI the runtime (and so the parity gate) asks onnxruntime for its exact int8 GEMM;
     with or without the option the outputs are the same on a CPU where the default kernel is exact."""
-    import serve.runtime as rt
+    import models.bundle.onnx as ob
 
     f = degenerate["onnx"] / "model.int8.onnx"
     outs = {}
     for exact in (False, True):
-        monkeypatch.setattr(rt, "_EXACT_INT8", exact)
-        sess = rt._session(f, "cpu", 1)[0]
+        monkeypatch.setattr(ob, "_EXACT_INT8", exact)
+        sess = ob.open_session(f, "cpu", 1)[0]
         try:
             entry = sess.get_session_options().get_session_config_entry("session.x64quantprecision")
         except RuntimeError:  # not set
@@ -233,9 +233,9 @@ def test_int8_sessions_use_the_exact_kernel_where_needed(degenerate, monkeypatch
                 "attention_mask": np.ones((1, 8), dtype=np.int64),
                 "token_type_ids": np.array([[0, 0, 0, 0, 1, 1, 1, 1]], dtype=np.int64)}
         outs[exact] = sess.run(None, {i.name: feed[i.name] for i in sess.get_inputs()})
-    monkeypatch.setattr(rt, "_EXACT_INT8", None)
-    assert isinstance(rt.exact_int8_gemm(), bool)
-    if not rt.exact_int8_gemm():  # the default kernel is exact here (VNNI, or not x86): the option changes nothing
+    monkeypatch.setattr(ob, "_EXACT_INT8", None)
+    assert isinstance(ob.exact_int8_gemm(), bool)
+    if not ob.exact_int8_gemm():  # the default kernel is exact here (VNNI, or not x86): the option changes nothing
         for a, b in zip(outs[False], outs[True]):
             np.testing.assert_array_equal(a, b)
 

@@ -24,7 +24,7 @@ import pytest
 pytest.importorskip("ray")
 httpx = pytest.importorskip("httpx")
 
-from models.errors import DenkiError  # noqa: E402
+from models.io.errors import DenkiError  # noqa: E402
 from tests.conftest import inquiry_rows  # noqa: E402
 
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "ORT_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1",

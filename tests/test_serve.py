@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from models.errors import DenkiError
+from models.io.errors import DenkiError
 
 from .conftest import REPO, inquiry_rows
 
@@ -28,7 +28,7 @@ def test_export_parity_and_files(onnx_classifier):
 
 
 def test_export_gate_blocks_and_writes_nothing(classifier_bundle, tmp_path):
-    from serve.export import export_bundle
+    from models.export.onnx import export_bundle
 
     out = tmp_path / "never"
     with pytest.raises(DenkiError, match="parity gate failed"):

@@ -9,10 +9,10 @@ import unicodedata
 
 import pytest
 
-from models.errors import InputError
-from models.normalize import nfkc_with_alignment
-from models.textio import iter_lines
-from models.tokenizer import JapaneseTokenizer
+from models.io.errors import InputError
+from models.text.normalize import nfkc_with_alignment
+from models.io.textio import iter_lines
+from models.text.tokenizer import JapaneseTokenizer
 
 from .conftest import (SAMPLE_CORPUS, SAMPLE_QA_DEV, SAMPLE_QA_TRAIN, SAMPLE_ROUTING_DEV, read_jsonl,
                        shared)

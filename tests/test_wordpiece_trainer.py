@@ -1,4 +1,4 @@
-"""Deterministic WordPiece trainer (models/wordpiece_trainer.py): rules, determinism, and quality vs HF."""
+"""Deterministic WordPiece trainer (models/text/wordpiece_trainer.py): rules, determinism, and quality vs HF."""
 from __future__ import annotations
 
 import random
@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from models.errors import DenkiError
-from models.tokenizer import SPECIAL_TOKENS, JapaneseTokenizer, mecab_words
-from models.wordpiece_trainer import train_wordpiece
+from models.io.errors import DenkiError
+from models.text.tokenizer import SPECIAL_TOKENS, JapaneseTokenizer, mecab_words
+from models.text.wordpiece_trainer import train_wordpiece
 
 from .conftest import SAMPLE_CORPUS
 
@@ -18,7 +18,7 @@ SPECIALS = ["[PAD]", "[UNK]"]
 
 @pytest.fixture(scope="module")
 def sample_lines() -> list[str]:
-    from models.textio import iter_corpus
+    from models.io.textio import iter_corpus
 
     return list(iter_corpus([SAMPLE_CORPUS]))
 

@@ -6,8 +6,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from .textio import count_lines, iter_lines
-from .tokenizer import JapaneseTokenizer
+from models.io.textio import count_lines, iter_lines
+from models.text.tokenizer import JapaneseTokenizer
 
 
 def tokenize_file(tokenizer_dir, input_path, output_path, *, max_length: int | None = None,

@@ -15,7 +15,7 @@ Design (see README "Tokenizer"):
 * **Speed.** MeCab runs in wakati mode (one C call per text) and WordPiece results are memoised per word
   (Japanese text repeats words heavily), so per-word work is a dict lookup.
 
-Training counts MeCab words and runs a deterministic WordPiece (BPE-style) trainer, :mod:`models.wordpiece_trainer`.
+Training counts MeCab words and runs a deterministic WordPiece (BPE-style) trainer, :mod:`models.text.wordpiece_trainer`.
 """
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DenkiError
-from .fileio import atomic_write_json, atomic_write_text
-from .normalize import nfkc_with_alignment
+from models.io.errors import DenkiError
+from models.io.fileio import atomic_write_json, atomic_write_text
+from models.text.normalize import nfkc_with_alignment
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]  # ids 0..4 in every denki vocabulary
@@ -436,7 +436,7 @@ def train_tokenizer(corpus_files: Sequence[str | os.PathLike], vocab_size: int =
     """Train a WordPiece vocabulary on MeCab words of the NFKC-normalised corpus (one paragraph per line).
 
     Deterministic: the same corpus and settings always give the same vocabulary (denki's own trainer,
-    :mod:`models.wordpiece_trainer`; HF ``tokenizers``' trainer breaks ties in hash order and differs run to run,
+    :mod:`models.text.wordpiece_trainer`; HF ``tokenizers``' trainer breaks ties in hash order and differs run to run,
     with the same quality otherwise). ``limit_alphabet`` keeps the rarest characters out of the vocabulary (they
     become [UNK]); without it a small Japanese vocabulary is spent almost entirely on single characters.
     """
@@ -445,8 +445,8 @@ def train_tokenizer(corpus_files: Sequence[str | os.PathLike], vocab_size: int =
 
     from tqdm.auto import tqdm
 
-    from .textio import count_lines, iter_corpus, iter_lines
-    from .wordpiece_trainer import train_wordpiece
+    from models.io.textio import count_lines, iter_corpus, iter_lines
+    from models.text.wordpiece_trainer import train_wordpiece
 
     if vocab_size <= len(SPECIAL_TOKENS):
         raise DenkiError(f"--vocab-size must be larger than {len(SPECIAL_TOKENS)}")

@@ -28,7 +28,7 @@ Deviations from HF, on purpose: words longer than ``max_input_chars_per_word`` a
 turns them into a single ``[UNK]``, so statistics from them would be wasted); HF's occasional double merge of a
 pair (a stale heap entry carrying only part of a pair's word positions) is not reproduced — pair counts and
 positions here are exact; and the vocabulary never exceeds ``vocab_size`` (HF silently exceeds it when the
-alphabet alone is larger; here that raises :class:`~models.errors.DenkiError` naming ``limit_alphabet``).
+alphabet alone is larger; here that raises :class:`~models.io.errors.DenkiError` naming ``limit_alphabet``).
 
 Speed: pair → count and pair → set of word indices are updated incrementally, only for the words that contain
 the merged pair, and the best pair comes from a heap with lazy invalidation (an entry is trusted only if its
@@ -40,7 +40,7 @@ import heapq
 from collections import Counter
 from collections.abc import Mapping
 
-from .errors import DenkiError
+from models.io.errors import DenkiError
 
 
 def _alphabet(word_counts: Mapping[str, int], limit_alphabet: int | None) -> set[str]:

@@ -2,17 +2,16 @@
 
 Pieces, in the order ``denki finetune classify`` uses them:
 
-* :func:`encode_texts` — token ids with ``[CLS] … [SEP]``, truncated to ``max_length``;
-* :func:`length_batches` — dynamic padding with length-sorted batches (shuffled in buckets for training, fully
-  sorted for prediction) so little compute goes to padding;
+* :mod:`models.classify.predict` — token ids, length-sorted batches with dynamic padding, batched logits;
 * :func:`train_one_seed` — ``ElectraForSequenceClassification``; AdamW with layer-wise LR decay (official
   ELECTRA: 0.8), linear warmup + linear decay, optional class weights, bf16 autocast on CUDA, early stopping
   on dev macro-F1 (the best epoch's weights are kept);
 * :func:`finetune` — several seeds, median-seed model kept, then the routing rule is fitted on dev
-  (:mod:`models.classify_calibration`), saved in ``task.json`` of a ``classifier`` bundle, and the report is
-  written (:mod:`models.classify_report`) next to a TF-IDF baseline.
+  (:mod:`models.classify.calibration`), saved in ``task.json`` of a ``classifier`` bundle, and the report is
+  written (:mod:`models.classify.report`) next to a TF-IDF baseline.
 
-Torch is imported at module level: ``serve/`` must use :mod:`models.decision` / :mod:`models.classify_eval`.
+Torch is imported at module level: ``serve/`` must use :mod:`models.classify.decision` /
+:mod:`models.classify.evaluate`.
 """
 from __future__ import annotations
 
@@ -26,10 +25,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .classify_eval import evaluate_bundle as evaluate  # noqa: F401  (torch-free; re-exported here)
-from .classify_eval import resolve_bundle
-from .pretrain_health import warn_if_unlearned
-from .errors import DenkiError
+from models.bundle.format import resolve_bundle
+from models.classify.predict import autocast, collate, encode_texts, length_batches, predict_logits
+from models.io.errors import DenkiError
+from models.training.pretrain_health import warn_if_unlearned
 
 # Measured (docs/results.md, "Fine-tuning recipe"): a tiny encoder (hidden 128) at 3e-4 for 5 epochs is far from
 # converged on 2,000 examples (livedoor-title dev macro-F1 0.20 from random init, 0.43 from an ELECTRA checkpoint);
@@ -71,78 +70,6 @@ def default_lr(hidden_size: int) -> float:
     return DEFAULT_LR_SMALL if hidden_size <= 256 else DEFAULT_LR_BASE
 
 
-# ----------------------------------------------------------------------------------------------- encoding
-def encode_texts(tokenizer, texts: list[str], max_length: int, *, progress: bool = True,
-                 desc: str = "tokenize") -> tuple[list[np.ndarray], int]:
-    """Token ids per text (``[CLS] … [SEP]``, truncated); returns ``(ids, n_truncated)``."""
-    ids, n_trunc = [], 0
-    for t in tqdm(texts, desc=desc, unit="text", disable=not progress, leave=False, mininterval=1.0):
-        e = tokenizer.encode(t, max_length=max_length, truncation=True)
-        ids.append(np.asarray(e.ids, dtype=np.int64))
-        n_trunc += bool(e.overflow)
-    return ids, n_trunc
-
-
-def length_batches(lengths: list[int] | np.ndarray, batch_size: int, rng: random.Random | None = None,
-                   bucket_batches: int = 50) -> list[np.ndarray]:
-    """Index batches with similar lengths. With ``rng`` (training): shuffle, sort inside buckets of
-    ``bucket_batches`` batches, then shuffle the batch order — length-sorted yet random. Without (prediction):
-    one global sort."""
-    lengths = np.asarray(lengths)
-    n = len(lengths)
-    if rng is None:
-        order = np.argsort(-lengths, kind="stable")
-        return [order[i:i + batch_size] for i in range(0, n, batch_size)]
-    perm = list(range(n))
-    rng.shuffle(perm)
-    perm = np.asarray(perm)
-    batches = []
-    size = batch_size * bucket_batches
-    for s in range(0, n, size):
-        chunk = perm[s:s + size]
-        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
-        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
-    rng.shuffle(batches)
-    return batches
-
-
-def collate(ids: list[np.ndarray], batch: np.ndarray, pad_id: int, device) -> dict[str, torch.Tensor]:
-    """Pad the batch to its longest member → ``input_ids``, ``attention_mask``, ``token_type_ids`` ``(b, seq)``."""
-    n = max(len(ids[i]) for i in batch)
-    x = np.full((len(batch), n), pad_id, dtype=np.int64)
-    m = np.zeros((len(batch), n), dtype=np.int64)
-    for r, i in enumerate(batch):
-        x[r, :len(ids[i])] = ids[i]
-        m[r, :len(ids[i])] = 1
-    return {"input_ids": torch.from_numpy(x).to(device), "attention_mask": torch.from_numpy(m).to(device),
-            "token_type_ids": torch.zeros_like(torch.from_numpy(x)).to(device)}
-
-
-def _autocast(device: torch.device, bf16: bool):
-    if device.type == "cuda" and bf16:
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    import contextlib
-
-    return contextlib.nullcontext()
-
-
-@torch.no_grad()
-def predict_logits(model, ids: list[np.ndarray], *, pad_id: int = 0, batch_size: int = 128, device=None,
-                   bf16: bool = True, progress: bool = True, desc: str = "predict") -> np.ndarray:
-    """Logits ``(n, K)`` float32 in the input order (batches sorted by length internally)."""
-    device = device or next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    out = np.zeros((len(ids), model.config.num_labels), dtype=np.float32)
-    batches = length_batches([len(x) for x in ids], batch_size)
-    for b in tqdm(batches, desc=desc, unit="batch", disable=not progress, leave=False, mininterval=1.0):
-        with _autocast(device, bf16):
-            logits = model(**collate(ids, b, pad_id, device)).logits
-        out[b] = logits.float().cpu().numpy()
-    model.train(was_training)
-    return out
-
-
 # ----------------------------------------------------------------------------------------------- models
 def make_model_factory(*, labels: list[str], bundle: str | None = None, random_size: str | None = None,
                        vocab_size: int | None = None):
@@ -151,9 +78,9 @@ def make_model_factory(*, labels: list[str], bundle: str | None = None, random_s
     from transformers import ElectraForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from .bundle_torch import load_model
-    from .presets import electra_config
-    from .training import set_seed
+    from models.bundle.pytorch import load_model
+    from models.bundle.presets import electra_config
+    from models.training.loop import set_seed
 
     id2label = dict(enumerate(labels))
     label2id = {lab: i for i, lab in enumerate(labels)}
@@ -177,7 +104,7 @@ def make_model_factory(*, labels: list[str], bundle: str | None = None, random_s
 
 
 def _dev_macro_f1(logits: np.ndarray, gold: np.ndarray, labels: list[str]) -> dict:
-    from .metrics import classification_metrics
+    from models.classify.metrics import classification_metrics
 
     m = classification_metrics(gold, logits.argmax(axis=1), labels)
     return {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"]}
@@ -188,7 +115,7 @@ def train_one_seed(make_model, seed: int, train_ids: list[np.ndarray], train_gol
                    *, pad_id: int = 0) -> dict:
     """Fine-tune one seed; return ``{seed, state (best epoch, CPU tensors), dev_logits, best_epoch, history,
     seconds, lr, accuracy, macro_f1}``."""
-    from .training import build_optimizer, pick_device, set_seed, warmup_linear_schedule
+    from models.training.loop import build_optimizer, pick_device, set_seed, warmup_linear_schedule
 
     device = pick_device(cfg.device)
     model = make_model(seed).to(device)
@@ -224,7 +151,7 @@ def train_one_seed(make_model, seed: int, train_ids: list[np.ndarray], train_gol
                    unit="batch", disable=not cfg.progress, leave=False, mininterval=1.0)
         for b in bar:
             batch = collate(train_ids, b, pad_id, device)
-            with _autocast(device, cfg.bf16):
+            with autocast(device, cfg.bf16):
                 logits = model(**batch).logits
             loss = loss_fn(logits.float(), gold_t[b].to(device))
             loss.backward()
@@ -269,7 +196,7 @@ def _subsample(data, n: int | None, seed: int = 0):
 
 def _bundle_labels(bundle: str) -> list[str] | None:
     """The label list of a classifier bundle (``task.json``), or None."""
-    from .bundle import read_task
+    from models.bundle.format import read_task
 
     return read_task(bundle).get("labels")
 
@@ -282,14 +209,14 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
              max_train_examples: int | None = None, baseline: bool = True, command: str | None = None) -> dict:
     """Run ``denki finetune classify``; returns the report dict. Writes ``OUT/bundle`` (kind ``classifier``),
     ``OUT/report.json``, ``OUT/report.md`` and the PNGs."""
-    from .bundle import command_line, read_manifest
-    from .classify_calibration import choose_threshold, fit_min_recall_offsets, fit_temperature, offsets_cost
-    from .classify_eval import evaluate_logits, label_indices
-    from .classify_report import write_report
-    from .fileio import atomic_write_text, sha256_file
-    from .records import check_label_sets, read_labelled
-    from .tokenizer import JapaneseTokenizer
-    from .training import median_index, pick_device
+    from models.bundle.format import command_line, read_manifest
+    from models.classify.calibration import choose_threshold, fit_min_recall_offsets, fit_temperature, offsets_cost
+    from models.classify.evaluate import evaluate_logits, label_indices
+    from models.classify.report import write_report
+    from models.io.fileio import atomic_write_text, sha256_file
+    from models.io.records import check_label_sets, read_labelled
+    from models.text.tokenizer import JapaneseTokenizer
+    from models.training.loop import median_index, pick_device
 
     cfg = cfg or FinetuneConfig()
     if (model is None) == (init_random is None):
@@ -361,12 +288,12 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     chosen = runs[k]
     dev_logits = chosen["dev_logits"].astype(np.float64)
 
-    # routing rule, fitted on dev (see classify_calibration for the order)
+    # routing rule, fitted on dev (see models.classify.calibration for the order)
     temperature = fit_temperature(dev_logits, dev_gold)
     floors = {labels.index(lab): v for lab, v in min_recall.items()}
     offsets, reached = fit_min_recall_offsets(dev_logits, dev_gold, floors)
     idx = np.argmax(dev_logits + offsets[None, :], axis=1)
-    from .decision import softmax
+    from models.classify.decision import softmax
 
     score = softmax(dev_logits / temperature, axis=1)[np.arange(len(idx)), idx]
     thr = choose_threshold(score, idx == dev_gold, target_precision=target_precision,
@@ -413,7 +340,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     }
     bundle_metrics = {k2: dev_eval[k2] for k2 in ("accuracy", "macro_f1", "ece", "ece_uncalibrated",
                                                   "abstain_rate", "accuracy_non_abstained")}
-    from .bundle_torch import save_bundle
+    from models.bundle.pytorch import save_bundle
 
     out.mkdir(parents=True, exist_ok=True)
     save_bundle(net, tokenizer_dir, out / "bundle", "classifier", source=source, metrics=bundle_metrics,
@@ -426,7 +353,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
 
     base = None
     if baseline:
-        from .classify_baseline import tfidf_baseline
+        from models.classify.baseline import tfidf_baseline
 
         print("TF-IDF baseline …", flush=True)
         base = tfidf_baseline(train.texts, train_gold, dev.texts, dev_gold, labels)
@@ -461,27 +388,3 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     }
     write_report(report, out)
     return report
-
-
-# ----------------------------------------------------------------------------------------------- evaluation
-def torch_logits_fn(bundle_dir: Path, *, device: str = "auto", batch_size: int = 128, progress: bool = True):
-    """``texts → logits (n, K)`` with the bundle's PyTorch model (tokenised with the bundle's tokenizer)."""
-    from transformers import ElectraForSequenceClassification
-
-    from .bundle import read_task
-    from .bundle_torch import load_model
-    from .tokenizer import JapaneseTokenizer
-    from .training import pick_device
-
-    task = read_task(bundle_dir)
-    dev = pick_device(device)
-    net = load_model(bundle_dir, ElectraForSequenceClassification, kinds=("classifier",)).to(dev)
-    tok = JapaneseTokenizer.load(bundle_dir)
-
-    def fn(texts: list[str]) -> np.ndarray:
-        ids, _ = encode_texts(tok, texts, int(task.get("max_length", 128)), progress=progress)
-        # fp32 even on CUDA: evaluation should match the ONNX fp32 path, and inference is cheap
-        return predict_logits(net, ids, pad_id=tok.pad_id, batch_size=batch_size, device=dev, bf16=False,
-                              progress=progress)
-
-    return fn

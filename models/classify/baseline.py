@@ -22,7 +22,7 @@ def tfidf_baseline(train_texts: list[str], train_gold: np.ndarray, dev_texts: li
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
-    from .metrics import classification_metrics, coverage_curve, ece
+    from models.classify.metrics import classification_metrics, coverage_curve, ece
 
     t0 = time.perf_counter()
     vec = TfidfVectorizer(analyzer="char", ngram_range=(1, 3), sublinear_tf=True, min_df=1,

@@ -133,7 +133,7 @@ def best_threshold(na_scores: Mapping[str, float], span_scores: Mapping[str, flo
 def squad_v2_metrics(golds: Mapping[str, Sequence[str]], results: Mapping[str, dict], *,
                      threshold_at: str = "sample") -> dict:
     """Official-style metrics. ``golds[qid]`` = reference answer texts (empty list = unanswerable);
-    ``results[qid]`` = a :func:`models.qa_postprocess.postprocess_question` result (``answer`` is the decided
+    ``results[qid]`` = a :func:`models.qa.postprocess.postprocess_question` result (``answer`` is the decided
     prediction, ``span_answer``/``null_score_diff`` feed the best-threshold search). ``threshold_at``: which of
     the equally good thresholds ``best_exact_thresh`` / ``best_f1_thresh`` report (see :func:`best_threshold`;
     ``best_exact`` / ``best_f1`` do not depend on it)."""

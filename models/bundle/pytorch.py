@@ -5,8 +5,8 @@ import os
 import shutil
 from pathlib import Path
 
-from .bundle import verify_bundle, write_manifest
-from .errors import DenkiError
+from models.bundle.format import verify_bundle, write_manifest
+from models.io.errors import DenkiError
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "denki_tokenizer.json")
 
@@ -29,7 +29,7 @@ def save_bundle(model, tokenizer_dir: str | os.PathLike, out_dir: str | os.PathL
     """Write ``model`` (a transformers PreTrainedModel) as a bundle: built in ``OUT.partial`` then renamed, so
     a crash never leaves a half-written bundle under the final name. ``extra_files`` maps names to JSON objects
     (e.g. ``{"task.json": {...}}``). Returns the manifest."""
-    from .fileio import atomic_write_json, replace_dir
+    from models.io.fileio import atomic_write_json, replace_dir
 
     out = Path(out_dir)
     tmp = out.with_name(out.name + ".partial")
@@ -60,8 +60,8 @@ def random_init_bundle(size: str, tokenizer_dir: str | os.PathLike, out_dir: str
     import torch
     from transformers import ElectraForPreTraining
 
-    from .presets import electra_config
-    from .tokenizer import JapaneseTokenizer
+    from models.bundle.presets import electra_config
+    from models.text.tokenizer import JapaneseTokenizer
 
     tok = JapaneseTokenizer.load(tokenizer_dir)
     torch.manual_seed(seed)

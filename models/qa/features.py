@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .qa_data import QAExample
+from models.qa.data import QAExample
 
 
 @dataclass

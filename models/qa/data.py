@@ -3,7 +3,7 @@
 Both layouts become a list of :class:`QAExample`. Validation is strict and never silent:
 
 * a file that is not valid JSON/JSONL, a record without ``id``/``question``/``context``, or **duplicate ids** →
-  :class:`~models.errors.InputError` naming file, line (JSONL) and field (predictions are keyed by id, so a
+  :class:`~models.io.errors.InputError` naming file, line (JSONL) and field (predictions are keyed by id, so a
   duplicate would silently overwrite another question's prediction);
 * an empty question or context, an answer whose ``answer_start`` does not match its ``text``, an answerable
   question without answers or an unanswerable one with answers → the question is **skipped and listed**
@@ -19,8 +19,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InputError
-from .textio import open_binary
+from models.io.errors import InputError
+from models.io.textio import open_binary
 
 
 @dataclass

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .fileio import atomic_write_json, atomic_write_text
+from models.io.fileio import atomic_write_json, atomic_write_text
 
 
 def _f(x, nd: int = 3) -> str:
@@ -107,7 +107,7 @@ def _markdown(r: dict) -> str:
 
 def write_report(report: dict, out_dir) -> None:
     """Write the PNGs, ``report.json`` (curves included) and ``report.md``."""
-    from .classify_plots import plot_confusion, plot_coverage, plot_reliability
+    from models.classify.plots import plot_confusion, plot_coverage, plot_reliability
 
     out = Path(out_dir)
     dev, task = report["dev"], report["task"]

@@ -1,5 +1,5 @@
 """Fitting the routing rule's parameters on dev logits (numpy only): temperature scaling, per-class offsets for
-must-not-miss classes, and the abstention threshold. The rule itself is :mod:`models.decision`.
+must-not-miss classes, and the abstention threshold. The rule itself is :mod:`models.classify.decision`.
 
 Order used by ``denki finetune classify`` (each step sees the previous steps' result):
 
@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from .decision import softmax
-from .metrics import classification_metrics, nll
+from models.classify.decision import softmax
+from models.classify.metrics import classification_metrics, nll
 
 EPS = 1e-6
 

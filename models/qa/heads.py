@@ -4,7 +4,7 @@ The official ELECTRA SQuAD 2.0 fine-tuning adds a binary "is there an answer" cl
 head. Here: a 2-layer MLP on the [CLS] hidden state → one logit per window, trained with binary cross-entropy
 against "this window contains the answer" (the same event the start/end targets encode), added to the span loss.
 
-At inference a question's answerable score is the max over its windows. :mod:`models.qa_postprocess` then
+At inference a question's answerable score is the max over its windows. :mod:`models.qa.postprocess` then
 offers three null rules (``task.json`` ``null_rule``):
 
 * ``cls``      — ``null_score_diff = min_w(start[CLS]+end[CLS]) − best span score`` (plain SQuAD 2.0 rule);

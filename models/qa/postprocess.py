@@ -2,7 +2,7 @@
 
 Input per question: start/end logits of its windows, ``(n_windows, seq)`` float arrays (rows may be padded past
 a window's length; only the first ``len(offsets[w])`` positions count), and each window's ``offsets`` and
-``sequence_ids`` (as in :class:`models.tokenizer.Encoding`: offsets into the ORIGINAL context, sequence id 1 =
+``sequence_ids`` (as in :class:`models.text.tokenizer.Encoding`: offsets into the ORIGINAL context, sequence id 1 =
 context). The rule follows HF ``examples/pytorch/question-answering/utils_qa.py::postprocess_qa_predictions``:
 
 * span candidates per window: the ``n_best`` highest start logits × the ``n_best`` highest end logits, kept when
@@ -11,7 +11,7 @@ context). The rule follows HF ``examples/pytorch/question-answering/utils_qa.py:
 * null score = **min over windows** of ``start[CLS] + end[CLS]`` (index 0);
 * ``null_score_diff = null_score − best span score``; the answer is empty ("no answer") iff
   ``null_score_diff > null_threshold`` (SQuAD 2.0 convention; the threshold is tuned on dev, see
-  :func:`models.qa_metrics.best_threshold`, and stored in the bundle's ``task.json``).
+  :func:`models.qa.metrics.best_threshold`, and stored in the bundle's ``task.json``).
 
 The answer is ``context[start:end]`` with character offsets into the original context, so it is always an
 exact substring even where NFKC changed characters (full-width letters, ①, ㍿).
@@ -72,7 +72,7 @@ def postprocess_question(start_logits: np.ndarray, end_logits: np.ndarray, offse
     for threshold tuning); ``null_score_diff`` = ``inf`` when no valid span exists. With ``keep_nbest > 0`` an
     ``nbest`` list of ``{"text", "start", "end", "score"}`` is added.
 
-    ``answerable_logits`` (``(n_windows,)``, from the optional answerable head, see :mod:`models.qa_heads`) adds
+    ``answerable_logits`` (``(n_windows,)``, from the optional answerable head, see :mod:`models.qa.heads`) adds
     ``null_score_diffs = {"cls", "head", "combined"}`` and ``null_rule`` picks which one decides.
     """
     if null_rule not in NULL_RULES:

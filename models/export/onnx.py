@@ -17,7 +17,8 @@ Steps (all written into ``OUT.partial``, renamed to ``OUT`` only when every gate
 6. tokenizer files, ``task.json``, golden tokenization vectors (``golden_tokenization.jsonl``) and ``manifest.json``
    (sha256 of every file, parity figures under ``metrics.parity``).
 
-Torch and optimum are imported inside the functions: ``serve/`` stays torch-free at import time.
+Torch and optimum are imported inside the functions (importing this module is cheap). The ONNX files are
+opened by :func:`models.bundle.onnx.open_session`, as the serving runtime opens them.
 """
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle import command_line, read_manifest, read_task, resolve_bundle, verify_bundle, write_manifest
-from models.errors import DenkiError
-from models.fileio import replace_dir
+from models.bundle.format import command_line, read_manifest, read_task, resolve_bundle, verify_bundle, write_manifest
+from models.io.errors import DenkiError
+from models.io.fileio import replace_dir
 
 TASKS = {"classifier": ("text-classification", "onnx-classifier"), "qa": ("question-answering", "onnx-qa")}
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "denki_tokenizer.json")
@@ -85,11 +86,11 @@ def _load_parity(src: Path, kind: str, parity_data: str | None, task: dict, limi
     """Texts (+ labels) for a classifier, (question, context) pairs for QA."""
     if parity_data:
         if kind == "classifier":
-            from models.records import read_labelled
+            from models.io.records import read_labelled
 
             data = read_labelled(parity_data, task.get("text_field", "text"), task.get("label_field", "label"))
             return {"texts": list(data.texts)[:limit], "labels": list(data.labels)[:limit]}
-        from models.qa_data import read_qa
+        from models.qa.data import read_qa
 
         qa = read_qa(parity_data, limit=limit)
         return {"pairs": [(e.question, e.context) for e in qa.examples][:limit]}
@@ -106,7 +107,7 @@ def _torch_model(src: Path, kind: str):
     import torch
     from transformers import ElectraForQuestionAnswering, ElectraForSequenceClassification
 
-    from models.bundle_torch import load_model
+    from models.bundle.pytorch import load_model
 
     cls = ElectraForSequenceClassification if kind == "classifier" else ElectraForQuestionAnswering
     return load_model(src, cls).eval()
@@ -129,11 +130,11 @@ def _run_torch(model, batch) -> list[np.ndarray]:
 
 def _session_outputs(path: Path, batch: dict, cache: dict) -> list[np.ndarray] | None:
     """Run an ONNX file on CPU (sessions cached); ``None`` if the CPU provider cannot run it (fp16 kernels)."""
-    from serve.runtime import _session
+    from models.bundle.onnx import open_session
 
     if path not in cache:
         try:
-            cache[path] = _session(path, "cpu", None)[0]
+            cache[path] = open_session(path, "cpu", None)[0]
         except Exception as e:  # pragma: no cover - depends on the ORT build
             cache[path] = e
     sess = cache[path]
@@ -178,8 +179,8 @@ def _parity_classifier(model, tok, files: dict[str, Path], data: dict, task: dic
 
 
 def _parity_qa(model, tok, files: dict[str, Path], data: dict, task: dict) -> dict:
-    from models.qa_metrics import f1_score
-    from models.qa_postprocess import postprocess_question
+    from models.qa.metrics import f1_score
+    from models.qa.postprocess import postprocess_question
 
     max_length, stride = int(task.get("max_length", 384)), int(task.get("doc_stride", 128))
     thr = float(task.get("null_threshold", 0.0))
@@ -286,7 +287,7 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
     """
     from tqdm.auto import tqdm
 
-    from models.tokenizer import JapaneseTokenizer
+    from models.text.tokenizer import JapaneseTokenizer
 
     _quiet()
     src = resolve_bundle(model_dir)

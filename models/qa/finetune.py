@@ -1,9 +1,9 @@
 """Extractive QA fine-tuning and evaluation (``denki finetune qa`` / ``denki evaluate qa``).
 
 Model: ``transformers.ElectraForQuestionAnswering`` (a linear start/end head on every token) on top of a
-``pretrained`` bundle's encoder. Pipeline: :mod:`models.qa_data` (read + validate) → :mod:`models.qa_features`
+``pretrained`` bundle's encoder. Pipeline: :mod:`models.qa.data` (read + validate) → :mod:`models.qa.features`
 (windows, targets) → train (AdamW, linear warmup/decay, one model per seed) → dev logits →
-:mod:`models.qa_postprocess` (numpy; the ONNX runtime reuses it) → :mod:`models.qa_metrics` (char-level
+:mod:`models.qa.postprocess` (numpy; the ONNX runtime reuses it) → :mod:`models.qa.metrics` (char-level
 SQuAD 2.0 metrics, best-F1 null threshold). The median seed (by dev best F1) is kept and written as a ``qa``
 bundle whose ``task.json`` holds the tuned ``null_threshold`` and the windowing settings, so every serving path
 applies the same decision rule.
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DenkiError
-from .fileio import atomic_write_json, atomic_write_text
-from .qa_data import QAData, QAExample, read_qa
-from .qa_features import QAFeatures, build_features
-from .qa_metrics import f1_vs_threshold, max_over_golds, squad_v2_metrics
-from .qa_postprocess import NO_SPAN, apply_threshold, postprocess_predictions
+from models.io.errors import DenkiError
+from models.io.fileio import atomic_write_json, atomic_write_text
+from models.qa.data import QAData, QAExample, read_qa
+from models.qa.features import QAFeatures, build_features
+from models.qa.metrics import f1_vs_threshold, max_over_golds, squad_v2_metrics
+from models.qa.postprocess import NO_SPAN, apply_threshold, postprocess_predictions
 
 TASK_FORMAT = 1
 PARITY_SAMPLE = "parity_sample.json"
@@ -113,15 +113,15 @@ def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int,
               batch_size: int, warmup_ratio: float = 0.1, weight_decay: float = 0.01, layer_decay: float = 1.0,
               device=None, progress: bool = False, max_steps: int | None = None, answerable_head: bool = False):
     """Fine-tune a fresh ``ElectraForQuestionAnswering`` (or, with ``answerable_head``, the subclass in
-    :mod:`models.qa_heads`) from ``bundle`` on ``features``; returns ``(model, info)``. Loss = mean of start
+    :mod:`models.qa.heads`) from ``bundle`` on ``features``; returns ``(model, info)``. Loss = mean of start
     and end cross-entropy (transformers' head) [+ answerable BCE]."""
     import torch
     from tqdm.auto import tqdm
     from transformers import ElectraForQuestionAnswering
     from transformers.utils import logging as hf_logging
 
-    from .bundle_torch import load_model
-    from .training import build_optimizer, set_seed, warmup_linear_schedule
+    from models.bundle.pytorch import load_model
+    from models.training.loop import build_optimizer, set_seed, warmup_linear_schedule
 
     set_seed(seed)
     verbosity = hf_logging.get_verbosity()
@@ -129,7 +129,7 @@ def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int,
     try:
         cls = ElectraForQuestionAnswering
         if answerable_head:
-            from .qa_heads import ElectraForQuestionAnsweringWithAnswerable as cls
+            from models.qa.heads import ElectraForQuestionAnsweringWithAnswerable as cls
         model = load_model(bundle, cls, kinds=("pretrained",))
     finally:
         hf_logging.set_verbosity(verbosity)
@@ -199,7 +199,7 @@ def error_examples(examples: list[QAExample], results: dict[str, dict], k: int =
 
 def plot_report(out_dir: Path, examples: list[QAExample], results: dict[str, dict], threshold: float) -> list[str]:
     """Two PNGs: histogram of ``null_score_diff`` for HasAns vs NoAns; overall F1 vs threshold."""
-    from .plotting import setup_matplotlib
+    from models.io.plotting import setup_matplotlib
 
     plt = setup_matplotlib()
 
@@ -331,11 +331,11 @@ def finetune_qa(*, model: str, train: str, dev: str, out: str, max_length: int =
     its report. Returns the report dict."""
     import torch
 
-    from .bundle import command_line, read_manifest
-    from .pretrain_health import warn_if_unlearned
-    from .bundle_torch import save_bundle
-    from .tokenizer import JapaneseTokenizer
-    from .training import median_index, pick_device
+    from models.bundle.format import command_line, read_manifest
+    from models.training.pretrain_health import warn_if_unlearned
+    from models.bundle.pytorch import save_bundle
+    from models.text.tokenizer import JapaneseTokenizer
+    from models.training.loop import median_index, pick_device
 
     if threads:
         torch.set_num_threads(threads)
@@ -440,10 +440,10 @@ def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predic
     import torch
     from transformers import ElectraForQuestionAnswering
 
-    from .bundle import read_task, resolve_bundle, verify_bundle
-    from .bundle_torch import load_model
-    from .tokenizer import JapaneseTokenizer
-    from .training import pick_device
+    from models.bundle.format import read_task, resolve_bundle, verify_bundle
+    from models.bundle.pytorch import load_model
+    from models.text.tokenizer import JapaneseTokenizer
+    from models.training.loop import pick_device
 
     if threads:
         torch.set_num_threads(threads)
@@ -454,7 +454,7 @@ def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predic
         raise DenkiError(f"{model}: task.json is missing or not a QA task")
     cls = ElectraForQuestionAnswering
     if task.get("answerable_head"):
-        from .qa_heads import ElectraForQuestionAnsweringWithAnswerable as cls
+        from models.qa.heads import ElectraForQuestionAnsweringWithAnswerable as cls
     m = load_model(model, cls, kinds=("qa",))
     m.to(pick_device(device))
     tok = JapaneseTokenizer.load(model)

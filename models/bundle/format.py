@@ -19,8 +19,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from .errors import DenkiError
-from .fileio import atomic_write_json, sha256_file
+from models.io.errors import DenkiError
+from models.io.fileio import atomic_write_json, sha256_file
 
 MANIFEST = "manifest.json"
 TASK = "task.json"

@@ -1,0 +1,78 @@
+"""ONNX bundles, torch-free: which file holds which variant (:data:`MODEL_FILES`), and the one way every
+ONNX file of a bundle is opened in onnxruntime (:func:`open_session`) — by the serving runtime
+(``serve.runtime``) and by the export's parity gate (:mod:`models.export.onnx`), so that the gate checks exactly
+the sessions that will serve (the same int8 kernel choice, :func:`exact_int8_gemm`)."""
+from __future__ import annotations
+
+import os
+
+from models.io.errors import DenkiError
+
+MODEL_FILES = {"fp32": "model.onnx", "o2": "model.o2.onnx", "int8": "model.int8.onnx", "fp16": "model.fp16.onnx"}
+
+
+def import_ort():
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    import onnxruntime as ort
+
+    return ort
+
+
+_VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+_EXACT_INT8: bool | None = None
+
+
+def exact_int8_gemm() -> bool:
+    """True where onnxruntime's default int8 GEMM would saturate, so sessions turn on its exact mode.
+
+    Dynamic int8 graphs multiply uint8 activations by int8 weights (U8S8). On x86 CPUs without VNNI (AVX2 only,
+    e.g. many AMD EPYC / older Xeon; AVX-512 without VNNI) that kernel sums pairs of products in 16 bits with
+    saturation (``vpmaddubsw``), so the int8 outputs are wrong where two large products meet — and differ from
+    a VNNI CPU's. ``session.x64quantprecision=1`` makes onnxruntime convert such weights to uint8 and use its
+    exact U8U8 kernel: the same integer results as on a VNNI CPU, somewhat slower. On VNNI CPUs the default
+    kernel is already exact (and faster), so the option is left off there; on other architectures it does not
+    exist. Decided once per process from the CPU flags (Linux); x86 without readable flags → exact mode."""
+    global _EXACT_INT8
+    if _EXACT_INT8 is None:
+        import platform
+
+        if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
+            _EXACT_INT8 = False
+        else:
+            try:
+                with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                    flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+            except OSError:
+                flags = None
+            _EXACT_INT8 = flags is None or not any(v in flags for v in _VNNI_FLAGS)
+    return _EXACT_INT8
+
+
+def open_session(path: str | os.PathLike, device: str, threads: int | None):
+    """Create an InferenceSession; for ``cuda`` fall back to CPU when CUDA cannot really be used.
+
+    Returns ``(session, provider)``."""
+    ort = import_ort()
+    so = ort.SessionOptions()
+    so.log_severity_level = 3  # the CUDA probe on a CPU machine logs errors we handle ourselves
+    if exact_int8_gemm():
+        # int8 outputs identical on every x86 CPU (see exact_int8_gemm); no effect on float graphs
+        so.add_session_config_entry("session.x64quantprecision", "1")
+    if threads:
+        so.intra_op_num_threads = int(threads)
+        so.inter_op_num_threads = 1
+    providers = ["CPUExecutionProvider"]
+    if device == "cuda":
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    old = ort.get_default_logger_severity() if hasattr(ort, "get_default_logger_severity") else None
+    ort.set_default_logger_severity(4)
+    try:
+        sess = ort.InferenceSession(str(path), sess_options=so, providers=providers)
+    finally:
+        if old is not None:
+            ort.set_default_logger_severity(old)
+    provider = sess.get_providers()[0]
+    if device == "cuda" and provider != "CUDAExecutionProvider":
+        raise DenkiError("--device cuda: onnxruntime could not create a CUDA session here (no GPU, or CUDA/cuDNN "
+                         "libraries missing); use --device cpu or auto")
+    return sess, provider

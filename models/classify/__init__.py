@@ -1,0 +1,11 @@
+"""The inquiry router (``denki finetune classify`` / ``denki evaluate classify``): fine-tuning (:mod:`.finetune`,
+torch) on top of batched PyTorch prediction (:mod:`.predict`, torch); the routing decision rule
+(:mod:`.decision`, numpy — the one implementation PyTorch evaluation, the ONNX runtime and the demo call) and
+the numpy pieces around it: metrics (:mod:`.metrics`), calibration of the rule on dev (:mod:`.calibration`),
+scoring logits on labelled data (:mod:`.evaluate`), the TF-IDF baseline (:mod:`.baseline`, scikit-learn) and
+the report with its figures (:mod:`.report`, :mod:`.plots`).
+
+May import: :mod:`models.io`, :mod:`models.text`, :mod:`models.bundle`, :mod:`models.training`. Inside, one
+way: ``finetune → evaluate → predict`` (evaluate imports predict lazily, only to score a PyTorch bundle).
+``decision``, ``metrics``, ``calibration``, ``evaluate`` stay torch-free at import time.
+"""

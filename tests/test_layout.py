@@ -1,0 +1,185 @@
+"""The layout holds (README "Layout"): ``serve/`` imports no torch, imports flow one way between the layers and
+between the stage packages of ``models/``, and no two modules import each other, directly or round a circle.
+
+The import graph is read from the source (``ast``): module-level imports and those inside functions alike, so a
+lazy import cannot hide a circle. Fast: one subprocess, no model.
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("app", "serve", "models", "pretrain")
+SCANNED = PACKAGES + ("bench", "scripts", "tests")
+
+#: layer → the layers it may import (app → serve → models ← pretrain; app also drives pretrain and models)
+LAYERS = {"app": {"serve", "models", "pretrain"}, "serve": {"models"}, "pretrain": {"models"}, "models": set()}
+#: stage package of models/ → the stage packages it may import (one way: io ← text ← bundle ← tasks ← export)
+MODELS_STAGES = {
+    "io": set(),
+    "text": {"io"},
+    "bundle": {"io", "text"},
+    "training": {"io"},
+    "classify": {"io", "text", "bundle", "training"},
+    "qa": {"io", "text", "bundle", "training"},
+    "export": {"io", "text", "bundle", "classify", "qa"},
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for top in SCANNED:
+        for p in sorted((REPO / top).rglob("*.py")):
+            parts = list(p.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = p
+    return out
+
+
+def _graph(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """module → the repo modules it imports (``from pkg import sub`` counts as importing ``pkg.sub``)."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for mod, path in mods.items():
+        pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                deps |= {resolve(a.name) for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                for a in node.names:
+                    sub = f"{base}.{a.name}"
+                    deps.add(sub if sub in mods else resolve(base))
+        graph[mod] = {d for d in deps if d and d != mod}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in graph:
+                    continue
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        found.append(sorted(comp))
+    return found
+
+
+def _collapse(graph: dict[str, set[str]], key) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for mod, deps in graph.items():
+        k = key(mod)
+        if k is None:
+            continue
+        out.setdefault(k, set())
+        out[k] |= {key(d) for d in deps if key(d) not in (None, k)}
+    return out
+
+
+def _stage(mod: str) -> str | None:
+    parts = mod.split(".")
+    return parts[1] if parts[0] == "models" and len(parts) > 2 else None
+
+
+def test_cycle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles():
+    graph = _graph(_modules())
+    assert "models.classify.evaluate" in graph and graph["app.cli"], "the graph is empty: scanning went wrong"
+    assert _cycles(graph) == [], "modules importing each other (directly or round a circle)"
+    # whole packages as well: the stage packages of models/, and the four layers
+    assert _cycles(_collapse(graph, _stage)) == []
+    assert _cycles(_collapse(graph, lambda m: m.split(".")[0] if m.split(".")[0] in PACKAGES else None)) == []
+
+
+def test_imports_flow_one_way():
+    graph = _graph(_modules())
+    wrong = []
+    for mod, deps in graph.items():
+        top = mod.split(".")[0]
+        for d in deps:
+            dtop = d.split(".")[0]
+            if top in LAYERS and dtop in LAYERS and dtop != top and dtop not in LAYERS[top]:
+                wrong.append(f"{mod} → {d} (layer {top} may import {sorted(LAYERS[top])})")
+            s, ds = _stage(mod), _stage(d)
+            if s and ds and s != ds and ds not in MODELS_STAGES[s]:
+                wrong.append(f"{mod} → {d} (models/{s} may import {sorted(MODELS_STAGES[s])})")
+    assert not wrong, "\n".join(wrong)
+    stages = {p.name for p in (REPO / "models").iterdir() if (p / "__init__.py").is_file()}
+    assert stages == set(MODELS_STAGES), "a new stage package of models/ needs its place in MODELS_STAGES"
+    flat = sorted(p.name for p in (REPO / "models").glob("*.py") if p.name != "__init__.py")
+    assert not flat, f"models/ holds stage packages only, not modules: {flat}"
+
+
+def test_every_package_says_what_it_owns():
+    for init in [REPO / p / "__init__.py" for p in PACKAGES] + sorted((REPO / "models").glob("*/__init__.py")) + \
+            sorted((REPO / "pretrain").glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+        assert doc and len(doc) > 40, f"{init.relative_to(REPO)}: no docstring saying what it owns"
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+        assert not [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))], \
+            f"{init.relative_to(REPO)}: a package __init__ imports nothing (importing a stage stays cheap)"
+
+
+def test_serve_imports_no_torch():
+    """Every module under serve/, imported one after the other in a fresh interpreter: none brings in torch."""
+    mods = sorted(m for m in _modules() if m == "serve" or m.startswith("serve."))
+    code = (
+        "import importlib, sys\n"
+        f"for m in {mods!r}:\n"
+        "    importlib.import_module(m)\n"
+        "    bad = sorted(x for x in sys.modules if x == 'torch' or x.startswith('torch.'))\n"
+        "    assert not bad, f'importing {m} imported torch'\n"
+        "print('ok', len(" + repr(mods) + "))\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith("ok"), r.stdout
