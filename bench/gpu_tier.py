@@ -32,6 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pretrain.experiment.plan import budget_tag  # noqa: E402  (torch-free: only the stdlib and numpy)
+from pretrain.runlog import read_metrics  # noqa: E402
+
 
 def sh(cmd: list[str], log: list[dict], name: str) -> float:
     """Run one denki step, echo it, record its wall time; stop the script on failure."""
@@ -83,7 +86,7 @@ def main(argv=None) -> int:
         sh(denki + ["pretrain", "--corpus", *corpus, "--tokenizer", tok, "--size", a.size, "--objective", "electra",
                     "--steps", "40", "--batch-size", str(a.batch_size), "--device", a.device, "--no-export",
                     "--cache-dir", cache, "--out", str(cal)], log, "calibrate")
-        rows = [json.loads(x) for x in (cal / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        rows = read_metrics(cal)
         # steady state: drop the first rows (compilation, cache warm-up)
         r0, r1 = rows[len(rows) // 2], rows[-1]
         flops_per_s = (r1["flops"] - r0["flops"]) / max(1e-9, r1["wall_s"] - r0["wall_s"])
@@ -97,7 +100,6 @@ def main(argv=None) -> int:
                 "--epochs", f"{a.epochs:g}", "--batch-size", str(a.batch_size), "--device", a.device,
                 "--keep-finetuned", "--cache-dir", cache, "--no-progress", "--out", str(exp)],
        log, "experiment")
-    from pretrain.experiment.plan import budget_tag
 
     router = exp / "finetune" / f"electra-{budget_tag(a.budget)}" / "livedoor-title" / "seed-0"
     onnx = out / "router-onnx"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.runlog import read_metrics
+from pretrain.runlog import last_diagnostics, read_metrics
 from pretrain.train import PretrainConfig, run_pretrain
 
 WORDS = "猫 犬 鳥 魚 花 木 山 川 海 空 雨 雪 風 星 月 石 砂 森 島 橋 駅 町 村 道 家 窓 扉 机 本 紙".split()
@@ -49,9 +49,7 @@ def _pretrain(synthetic, tmp_path: Path, objective: str) -> dict:
     rows = read_metrics(out)
     last = rows[-1]
     assert last["step"] == 200
-    # the probe runs at checkpoints and the last step: its newest values
-    probed = [r for r in rows if r.get("cls_spread") is not None]
-    last.update({k: v for k, v in probed[-1].items() if k in ("cls_spread", "mean_spread", "disc_auc")})
+    last.update(last_diagnostics(rows))  # the probe runs at checkpoints and the last step: its newest values
     return last
 
 
