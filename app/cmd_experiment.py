@@ -47,6 +47,13 @@ def register(sub) -> None:
     e.add_argument("--seq-len", type=int, default=128, help="pretraining sequence length")
     e.add_argument("--pretrain-lr", type=float, default=None, help="pretraining peak LR (default per size)")
     e.add_argument("--pretrain-seed", type=int, default=0)
+    e.add_argument("--embeddings", choices=("shared", "separate"), default="shared",
+                   help="ELECTRA generator/discriminator embeddings (see `denki pretrain --help`)")
+    e.add_argument("--pretrain-dropout", type=float, default=None, metavar="P",
+                   help="dropout while pretraining, every objective (unset: 0.1)")
+    e.add_argument("--objectives", default="electra,mlm", metavar="O1,O2",
+                   help="pretraining objectives to compare (electra, mlm); e.g. 'electra' to add an ELECTRA "
+                        "variant beside an MLM run made before")
     e.add_argument("--electra15", action="store_true",
                    help="also pretrain the paper's 'ELECTRA 15%%' ablation (discriminator loss on the masked "
                         "positions only) at every budget")
@@ -57,6 +64,17 @@ def register(sub) -> None:
     e.add_argument("--cache-dir", default=None, help="token cache (default ~/.cache/denki/corpus)")
     e.add_argument("--no-progress", action="store_true", help="no per-stage tqdm bars (stage lines stay)")
     e.set_defaults(func=cmd_electra_vs_mlm)
+
+
+def _objectives(text: str) -> tuple[str, ...]:
+    from models.io.errors import DenkiError
+
+    objs = tuple(dict.fromkeys(o.strip() for o in text.split(",") if o.strip()))
+    bad = [o for o in objs if o not in ("electra", "mlm")]
+    if bad or not objs:
+        raise DenkiError(f"--objectives takes electra and/or mlm (comma-separated), not {text!r}"
+                         " (the ELECTRA 15% ablation has its own flag, --electra15)")
+    return objs
 
 
 def cmd_electra_vs_mlm(args) -> int:
@@ -72,7 +90,8 @@ def cmd_electra_vs_mlm(args) -> int:
         corpus=list(args.corpus), tokenizer=args.tokenizer, out=args.out,
         tasks=[parse_task(n, data_dir) for n in names], budgets=parse_budgets(args.flops_budgets), size=args.size,
         seeds=args.seeds, batch_size=args.batch_size, seq_len=args.seq_len, pretrain_lr=args.pretrain_lr,
-        pretrain_seed=args.pretrain_seed, random_init=not args.no_random_init, electra15=args.electra15, epochs=args.epochs, lr=args.lr,
+        pretrain_seed=args.pretrain_seed, objectives=_objectives(args.objectives), embeddings=args.embeddings, pretrain_dropout=args.pretrain_dropout,
+        random_init=not args.no_random_init, electra15=args.electra15, epochs=args.epochs, lr=args.lr,
         max_length=args.max_length, qa_max_length=args.qa_max_length, qa_doc_stride=args.qa_doc_stride,
         max_train=args.max_train or None, max_dev=args.max_dev or None, keep_finetuned=args.keep_finetuned,
         device=args.device, threads=args.threads, cache_dir=args.cache_dir, progress=not args.no_progress)

@@ -36,6 +36,11 @@ def register(sub) -> None:
     p.add_argument("--gen-size", type=float, default=0.25, help="generator width as a fraction of the "
                                                                 "discriminator's")
     p.add_argument("--disc-weight", type=float, default=50.0, help="λ: total = mlm + λ·disc")
+    p.add_argument("--embeddings", choices=("shared", "separate"), default="shared",
+                   help="electra: one token/position embedding module for generator and discriminator (shared, "
+                        "the paper's) or one each (separate: the discriminator's learn from the RTD loss only)")
+    p.add_argument("--dropout", type=float, default=None, metavar="P",
+                   help="dropout while pretraining (default 0.1); the bundle keeps 0.1 for fine-tuning")
     p.add_argument("--log-every", type=int, default=10, help="steps between metrics.jsonl lines")
     p.add_argument("--save-every", type=int, default=200, help="steps between checkpoints")
     p.add_argument("--keep", type=int, default=3, help="checkpoints kept")
@@ -66,7 +71,8 @@ def cmd_pretrain(args) -> int:
         corpus=list(args.corpus), tokenizer=args.tokenizer, out=args.out, size=args.size, objective=args.objective,
         max_flops=args.max_flops, steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
         seed=args.seed, device=args.device, mask_prob=args.mask_prob, gen_size=args.gen_size,
-        disc_weight=args.disc_weight, warmup_steps=args.warmup_steps, log_every=args.log_every,
+        disc_weight=args.disc_weight, share_embeddings=args.embeddings == "shared", dropout=args.dropout,
+        warmup_steps=args.warmup_steps, log_every=args.log_every,
         save_every=args.save_every, keep=args.keep, cache_dir=args.cache_dir, compile=args.compile,
         export=not args.no_export)
     s = run_pretrain(cfg)

@@ -18,9 +18,14 @@ from models.io.errors import DenkiError
 
 def export_bundle(model, tokenizer_dir, out_dir, *, source: dict, metrics: dict) -> dict:
     """``model``: the HF model to export (``pretrainer.export_model``). Returns the manifest."""
+    from models.bundle.presets import FINETUNE_DROPOUT
     from models.bundle.pytorch import save_bundle
 
     model.config.architectures = [type(model).__name__]
+    # the bundle is a starting point for fine-tuning: it carries the fine-tuning dropout, not the (maybe lower)
+    # one used in pretraining (`denki pretrain --dropout`)
+    model.config.hidden_dropout_prob = FINETUNE_DROPOUT
+    model.config.attention_probs_dropout_prob = FINETUNE_DROPOUT
     return save_bundle(model, tokenizer_dir, out_dir, "pretrained", source=source, metrics=metrics)
 
 
@@ -52,7 +57,8 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
     mc = state["model_config"]
     disc_cfg = ElectraConfig(**{k: v for k, v in mc["disc"].items() if k != "model_type"})
     gen_cfg = ElectraConfig(**{k: v for k, v in mc["gen"].items() if k != "model_type"}) if mc["gen"] else None
-    model = build_pretrainer(mc["objective"], disc_cfg, gen_cfg, mc.get("disc_weight", 50.0))
+    model = build_pretrainer(mc["objective"], disc_cfg, gen_cfg, mc.get("disc_weight", 50.0),
+                             share_embeddings=mc.get("share_embeddings", True))
     load_checkpoint(ckpt, model, restore_rng_states=False)
     tok_dir = run_dir / "tokenizer"
     run = json.loads((run_dir / "run.json").read_text(encoding="utf-8")) if (run_dir / "run.json").is_file() else {}

@@ -55,7 +55,7 @@ def default_lr(size: str, objective: str) -> float:
 # settings that define a run: changing any of them on resume is an error
 IDENTITY_KEYS = ("corpus_sha256", "tokenizer", "size", "objective", "batch_size", "seq_len", "lr", "seed",
                  "mask_prob", "gen_size", "disc_weight", "max_flops", "steps", "warmup_steps", "weight_decay",
-                 "world_size")
+                 "world_size", "embeddings", "dropout")
 
 
 @dataclass
@@ -75,6 +75,11 @@ class PretrainConfig:
     mask_prob: float = 0.15
     gen_size: float = 0.25
     disc_weight: float = 50.0
+    #: RTD: one embeddings module for generator and discriminator (paper) or one each ("separate")
+    share_embeddings: bool = True
+    #: dropout during pretraining (hidden and attention); None = the preset's 0.1. The exported bundle always
+    #: carries the fine-tuning dropout (models.bundle.presets.FINETUNE_DROPOUT), whatever was used here.
+    dropout: float | None = None
     warmup_steps: int | None = None
     weight_decay: float = 0.01
     log_every: int = 10
@@ -144,7 +149,10 @@ def _identity(cfg: PretrainConfig, shas: list[str], tok_fp: str, world: int, lr:
             "batch_size": cfg.batch_size, "seq_len": cfg.seq_len, "lr": lr, "seed": cfg.seed,
             "mask_prob": cfg.mask_prob, "gen_size": cfg.gen_size if cfg.objective in RTD_OBJECTIVES else None,
             "disc_weight": cfg.disc_weight if cfg.objective in RTD_OBJECTIVES else None,
-            "max_flops": cfg.max_flops, "steps": cfg.steps, "warmup_steps": warmup, "weight_decay": cfg.weight_decay, "world_size": world}
+            "max_flops": cfg.max_flops, "steps": cfg.steps, "warmup_steps": warmup, "weight_decay": cfg.weight_decay, "world_size": world,
+            # None for the defaults, so that runs made before these settings existed still resume
+            "embeddings": None if cfg.share_embeddings or cfg.objective not in RTD_OBJECTIVES else "separate",
+            "dropout": cfg.dropout}
 
 
 def _check_same_run(out: Path, ident: dict) -> None:
@@ -259,6 +267,8 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         raise DenkiError(f"unknown objective {cfg.objective!r}; choose one of {', '.join(OBJECTIVES)}")
     if not 0 < cfg.mask_prob < 1:
         raise DenkiError("--mask-prob must be in (0, 1)")
+    if cfg.dropout is not None and not 0 <= cfg.dropout < 1:
+        raise DenkiError("--dropout must be in [0, 1)")
     rank, world, device = _init_distributed(cfg.device)
     main = rank == 0
     out = Path(cfg.out)
@@ -291,17 +301,21 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         cache = build_token_cache(cfg.corpus, tok, cfg.cache_dir, progress=False, corpus_shas=shas)
     data = PackedSequences(cache, cfg.seq_len, cls_id=tok.cls_id, pad_id=tok.pad_id, seed=cfg.seed)
 
-    disc_cfg = electra_config(cfg.size, tok.vocab_size, max_position_embeddings=max(512, cfg.seq_len))
+    drop = {} if cfg.dropout is None else {"hidden_dropout_prob": cfg.dropout,
+                                           "attention_probs_dropout_prob": cfg.dropout}
+    disc_cfg = electra_config(cfg.size, tok.vocab_size, max_position_embeddings=max(512, cfg.seq_len), **drop)
     gen_cfg = generator_config(disc_cfg, cfg.gen_size) if cfg.objective in RTD_OBJECTIVES else None
     total_steps = plan_steps(cfg, disc_cfg, gen_cfg, world)
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else min(10000, max(1, total_steps // 10))
 
     set_seed(cfg.seed)
-    model = build_pretrainer(cfg.objective, disc_cfg, gen_cfg, cfg.disc_weight, cfg.mask_prob).to(device)
+    model = build_pretrainer(cfg.objective, disc_cfg, gen_cfg, cfg.disc_weight, cfg.mask_prob,
+                             share_embeddings=cfg.share_embeddings).to(device)
     optimizer = build_optimizer(model, lr, weight_decay=cfg.weight_decay, fused=device.type == "cuda")
     scheduler = warmup_linear_schedule(optimizer, warmup, total_steps)
     model_config = {"disc": disc_cfg.to_dict(), "gen": gen_cfg.to_dict() if gen_cfg else None,
-                    "objective": cfg.objective, "disc_weight": cfg.disc_weight}
+                    "objective": cfg.objective, "disc_weight": cfg.disc_weight,
+                    "share_embeddings": cfg.share_embeddings}
 
     step, tokens, flops, wall_before = 0, 0, 0.0, 0.0
     last = ck.latest_checkpoint(out)
@@ -456,7 +470,8 @@ def _source(cfg: PretrainConfig, shas, tok_fp, summary) -> dict:
             "seq_len": cfg.seq_len, "mask_prob": cfg.mask_prob,
             "gen_size": cfg.gen_size if cfg.objective in RTD_OBJECTIVES else None,
             "disc_weight": cfg.disc_weight if cfg.objective in RTD_OBJECTIVES else None,
-            "command": command_line()}
+            "embeddings": ("shared" if cfg.share_embeddings else "separate") if cfg.objective in RTD_OBJECTIVES
+            else None, "pretrain_dropout": cfg.dropout, "command": command_line()}
 
 
 def _ensure_bundle(out: Path, summary: dict, cfg: PretrainConfig) -> None:

@@ -17,7 +17,7 @@ from pretrain import checkpoint as ck
 from pretrain.data import PackedSequences, build_token_cache
 from pretrain.flops import step_flops
 from pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
-from pretrain.model import RTDPretrainer, build_pretrainer, gumbel_sample
+from pretrain.model import RTDPretrainer, build_pretrainer, gumbel_sample, inverse_cdf_sample
 from pretrain.runlog import read_metrics
 from pretrain.train import PretrainConfig, run_pretrain
 
@@ -101,6 +101,92 @@ def test_embeddings_shared_and_generator_head_tied():
     assert sum("position_embeddings" in n for n in names) == 1
     assert sum("embeddings.LayerNorm.weight" in n for n in names) == 1
     assert g.hidden_size == d.hidden_size // 4 and g.num_hidden_layers == d.num_hidden_layers
+
+
+def test_separate_embeddings_each_own_and_generator_head_tied_to_its_own():
+    d, g = _configs(300)
+    m = build_pretrainer("electra", d, g, share_embeddings=False)
+    ge, de = m.generator.electra.embeddings, m.discriminator.electra.embeddings
+    assert ge is not de and ge.word_embeddings.weight is not de.word_embeddings.weight
+    assert m.generator.generator_lm_head.weight is ge.word_embeddings.weight
+    names = [n for n, _ in m.named_parameters()]
+    assert sum("word_embeddings" in n for n in names) == 2
+    # the discriminator's embeddings get no gradient from the generator's loss
+    ids, am = _batch()
+    mk = mask_tokens(ids, mask_prob=0.15, mask_id=MASK, special_ids=SPECIAL, vocab_size=300)
+    m.disc_weight = 0.0
+    m(ids, mk.input_ids, mk.positions, am)["loss"].backward()
+    assert de.word_embeddings.weight.grad is None or not de.word_embeddings.weight.grad.any()
+    assert ge.word_embeddings.weight.grad.abs().sum() > 0
+
+
+def test_inverse_cdf_sampler_draws_the_softmax_distribution():
+    """Same distribution as Gumbel-max: a chi-square test per sampler against the exact softmax, and the two
+    samplers' histograms against each other (fixed seeds, so deterministic)."""
+    from scipy.stats import chi2, chi2_contingency
+
+    torch.manual_seed(1)
+    V, N = 40, 60000
+    logits = torch.randn(V) * 2.0
+    probs = torch.softmax(logits, -1).double()
+    rows = logits.expand(N, V)
+    hists = {}
+    for name, sampler in (("inverse_cdf", inverse_cdf_sample), ("gumbel", gumbel_sample)):
+        s = sampler(rows)
+        assert s.shape == (N,) and s.dtype == torch.long and not s.requires_grad
+        obs = torch.bincount(s, minlength=V).double()
+        hists[name] = obs
+        exp = probs * N
+        keep = exp >= 5  # the usual chi-square validity rule; lump the rare cells together
+        stat = (((obs[keep] - exp[keep]) ** 2) / exp[keep]).sum() + \
+            (obs[~keep].sum() - exp[~keep].sum()) ** 2 / max(float(exp[~keep].sum()), 1e-9)
+        dof = int(keep.sum()) - (0 if (~keep).any() else 1)
+        assert chi2.sf(float(stat), dof) > 1e-3, (name, float(stat), dof)
+    table = torch.stack([hists["inverse_cdf"], hists["gumbel"]]).numpy()
+    table = table[:, table.sum(0) > 0]
+    assert chi2_contingency(table)[1] > 1e-3
+    # zero-probability tokens are never drawn; a dominant logit is always drawn, also from bf16 logits
+    masked = torch.tensor([0.0, -float("inf"), 1.0, -float("inf")]).expand(5000, 4)
+    assert set(inverse_cdf_sample(masked).unique().tolist()) <= {0, 2}
+    big = torch.full((5, 300), -30.0, dtype=torch.bfloat16)
+    big[torch.arange(5), torch.tensor([7, 8, 9, 10, 11])] = 30.0
+    assert inverse_cdf_sample(big).tolist() == [7, 8, 9, 10, 11]
+    # rows are independent: different rows, different distributions
+    two = torch.stack([torch.tensor([9.0, 0.0, 0.0]), torch.tensor([0.0, 0.0, 9.0])]).repeat(1000, 1)
+    s = inverse_cdf_sample(two).view(1000, 2)
+    assert (s[:, 0] == 0).float().mean() > 0.99 and (s[:, 1] == 2).float().mean() > 0.99
+
+
+def test_separate_embeddings_and_pretrain_dropout_run_resume_and_export(tiny_tokenizer_dir, cache_dir, tmp_path):
+    from models.bundle.format import verify_bundle
+    from pretrain.export import export_from_checkpoint
+
+    a = _cfg(tiny_tokenizer_dir, tmp_path / "sep", cache_dir, export=True, share_embeddings=False, dropout=0.0)
+    s = run_pretrain(a)
+    assert s["finished"]
+    run = json.loads((tmp_path / "sep" / "run.json").read_text())
+    assert run["identity"]["embeddings"] == "separate" and run["identity"]["dropout"] == 0.0
+    p = load_file(str(ck.latest_checkpoint(a.out) / "model.safetensors"))
+    gw = p["generator.electra.embeddings.word_embeddings.weight"]
+    dw = p["discriminator.electra.embeddings.word_embeddings.weight"]
+    assert not torch.equal(gw, dw)
+    bundle = tmp_path / "sep" / "bundle"
+    man = verify_bundle(bundle, kinds=("pretrained",))
+    assert man["source"]["embeddings"] == "separate" and man["source"]["pretrain_dropout"] == 0.0
+    cfg = json.loads((bundle / "config.json").read_text())
+    assert cfg["hidden_dropout_prob"] == 0.1 and cfg["attention_probs_dropout_prob"] == 0.1  # fine-tuning's
+    w = load_file(str(bundle / "model.safetensors"))
+    assert torch.equal(w["electra.embeddings.word_embeddings.weight"], dw)  # the discriminator's own
+    # the checkpoint re-exports to the same weights (the model is rebuilt with separate embeddings)
+    again = tmp_path / "again"
+    export_from_checkpoint(ck.latest_checkpoint(a.out), again)
+    w2 = load_file(str(again / "model.safetensors"))
+    assert w.keys() == w2.keys() and all(torch.equal(w[k], w2[k]) for k in w)
+    # a different embeddings setting on the same --out is refused, naming it
+    with pytest.raises(DenkiError, match="embeddings"):
+        run_pretrain(replace(a, share_embeddings=True))
+    with pytest.raises(DenkiError, match="dropout"):
+        run_pretrain(replace(a, dropout=None))
 
 
 def test_generator_logits_only_at_masked_positions_and_no_grad_sampling():

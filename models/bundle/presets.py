@@ -13,6 +13,10 @@ SIZES: dict[str, dict] = {
 }
 
 
+#: dropout (hidden and attention) of every encoder denki builds or exports for fine-tuning (BERT/ELECTRA's 0.1)
+FINETUNE_DROPOUT = 0.1
+
+
 def electra_config(size: str, vocab_size: int, *, max_position_embeddings: int = 512, **overrides):
     """An ``ElectraConfig`` for a discriminator / encoder of the given size (pad id 0, as denki vocabularies)."""
     from transformers import ElectraConfig
@@ -20,7 +24,8 @@ def electra_config(size: str, vocab_size: int, *, max_position_embeddings: int =
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; choose one of {sorted(SIZES)}")
     kw = dict(SIZES[size], vocab_size=vocab_size, max_position_embeddings=max_position_embeddings,
-              type_vocab_size=2, pad_token_id=0, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+              type_vocab_size=2, pad_token_id=0, hidden_dropout_prob=FINETUNE_DROPOUT,
+              attention_probs_dropout_prob=FINETUNE_DROPOUT)
     kw.update(overrides)
     return ElectraConfig(**kw)
 

@@ -106,7 +106,10 @@ class ExperimentConfig:
     pretrain_lr: float | None = None
     pretrain_seed: int = 0
     random_init: bool = True
+    objectives: tuple[str, ...] = ("electra", "mlm")
     electra15: bool = False          # also pretrain the "ELECTRA 15%" ablation at every budget
+    embeddings: str = "shared"       # ELECTRA: generator/discriminator embeddings shared or separate
+    pretrain_dropout: float | None = None  # None: the preset's 0.1 (applies to every objective)
     # fine-tuning
     epochs: float | None = None      # None: the fine-tuners' own defaults (classify 10, QA 2)
     lr: float | None = None          # None: each fine-tuner's default (3e-4 for tiny encoders)

@@ -196,7 +196,13 @@ def render_markdown(report: dict) -> str:
          f"Command: `{report['command']}`", "",
          f"Size `{report['size']}`, budgets {', '.join(f'{b:.3g}' for b in report['budgets'])} FLOPs, "
          f"{report['seeds']} fine-tuning seed(s) per cell; corpus: {', '.join(f'`{c}`' for c in report['corpus'])}. "
-         "Cells: median over seeds (min–max). Fine-tuning uses the [CLS] representation.", ""]
+         "Cells: median over seeds (min–max). Fine-tuning uses the [CLS] representation.", "",
+         "Pretraining: batch {batch_size} × {seq_len}, lr {lr}, ELECTRA embeddings {emb}, dropout {drop}.".format(
+             batch_size=report["settings"].get("batch_size"), seq_len=report["settings"].get("seq_len"),
+             lr=report["settings"].get("pretrain_lr") or "per-size default",
+             emb=report["settings"].get("embeddings", "shared"),
+             drop=report["settings"].get("pretrain_dropout") if report["settings"].get("pretrain_dropout")
+             is not None else "0.1"), ""]
     if not report.get("complete", True):
         L += [f"**Partial report: {report['finetune_runs_done']} of {report['finetune_runs_planned']} fine-tuning "
               "runs done (re-run the command to continue).**", ""]

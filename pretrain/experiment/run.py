@@ -23,7 +23,8 @@ def _pretrain_stage(cfg: ExperimentConfig, objective: str, budget: float) -> Mod
     pc = PretrainConfig(corpus=list(cfg.corpus), tokenizer=cfg.tokenizer, out=str(run), size=cfg.size,
                         objective=objective, max_flops=budget, steps=None, batch_size=cfg.batch_size,
                         seq_len=cfg.seq_len, lr=cfg.pretrain_lr, seed=cfg.pretrain_seed, device=cfg.device,
-                        cache_dir=cfg.cache_dir, progress=cfg.progress)
+                        cache_dir=cfg.cache_dir, progress=cfg.progress,
+                        share_embeddings=cfg.embeddings == "shared", dropout=cfg.pretrain_dropout)
     run_pretrain(pc)
     return Model(mid, objective, budget, run, run / "bundle")
 
@@ -175,7 +176,7 @@ def run_experiment(cfg: ExperimentConfig) -> dict:
     _check_settings(out, cfg)
     t0 = time.perf_counter()
 
-    objectives = ("electra", "mlm", "electra15") if cfg.electra15 else ("electra", "mlm")
+    objectives = tuple(cfg.objectives) + (("electra15",) if cfg.electra15 else ())
     n_models = len(objectives) * len(cfg.budgets) + (1 if cfg.random_init else 0)
     n_stages = 1 + n_models + n_models * len(cfg.tasks) * cfg.seeds
     stage = [0]
