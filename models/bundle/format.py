@@ -25,7 +25,8 @@ from models.io.fileio import atomic_write_json, sha256_file
 MANIFEST = "manifest.json"
 TASK = "task.json"
 KINDS = ("pretrained", "classifier", "qa", "onnx-classifier", "onnx-qa")
-_VERSIONED = ("denki", "torch", "transformers", "tokenizers", "fugashi", "unidic-lite", "onnx", "onnxruntime-gpu",
+_VERSIONED = ("denki", "torch", "transformers", "tokenizers", "fugashi", "unidic-lite", "ipadic", "onnx",
+              "onnxruntime-gpu",
               "onnxruntime", "optimum", "optimum-onnx", "numpy")
 
 
