@@ -26,8 +26,7 @@ MANIFEST = "manifest.json"
 TASK = "task.json"
 KINDS = ("pretrained", "classifier", "qa", "onnx-classifier", "onnx-qa")
 _VERSIONED = ("denki", "torch", "transformers", "tokenizers", "fugashi", "unidic-lite", "ipadic", "onnx",
-              "onnxruntime-gpu",
-              "onnxruntime", "optimum", "optimum-onnx", "numpy")
+              "onnxruntime-gpu", "onnxruntime", "optimum", "optimum-onnx", "numpy")
 
 
 def package_versions() -> dict[str, str]:
