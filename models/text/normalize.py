@@ -65,8 +65,13 @@ def _align(text: str, spans: list[tuple[int, int]], target: str, fn=_nfkc):
     ends: list[int] = []
     parts = []
     for a, b in spans:
-        piece = fn(text[a:b])
+        orig = text[a:b]
+        piece = fn(orig)
         parts.append(piece)
+        if piece == orig:  # unchanged cluster (e.g. s + U+033A): each character maps to itself, exactly
+            starts.extend(range(a, b))
+            ends.extend(range(a + 1, b + 1))
+            continue
         k = len(piece)
         starts.extend([a] * k)
         ends.extend([b] * k)
