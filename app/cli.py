@@ -16,6 +16,7 @@ from models.io.errors import DenkiError
 COMMAND_MODULES = [
     "app.cmd_quickstart",
     "app.cmd_tokenizer",
+    "app.cmd_import",
     "app.cmd_pretrain",
     "app.cmd_experiment",
     "app.cmd_finetune",
