@@ -57,8 +57,14 @@ def resolve_init(init_from: str | os.PathLike) -> tuple[Path, dict]:
         raise DenkiError(f"{bundle}: no model.safetensors (denki loads weights only from safetensors)")
     model_type, arch = bundle_architecture(bundle)
     src = manifest.get("source") or {}
-    # a continued run's bundle records the total (its checkpoint's included); an imported one: unknown (None)
-    flops = src.get("total_flops") if src.get("init_from") else (manifest.get("metrics") or {}).get("flops")
+    # a continued run's bundle records the total (its checkpoint's included); an imported one only when it came
+    # from a denki bundle (hub checkpoints: unknown, None)
+    if src.get("init_from"):
+        flops = src.get("total_flops")
+    elif src.get("init") == "import":
+        flops = src.get("import", {}).get("pretraining_flops")
+    else:
+        flops = (manifest.get("metrics") or {}).get("flops")
     return bundle, {"path": str(bundle.resolve()), "sha256": manifest["files"]["model.safetensors"],
                     "model_type": model_type, "architecture": arch, "flops": flops,
                     "origin": src.get("import", {}).get("from") if src.get("init") == "import" else

@@ -199,3 +199,17 @@ def test_cli_init_from_and_tokenizer_check(bundles, tmp_path, capsys, flavour_to
     # --gen-init without --init-from
     assert main(common + ["--tokenizer", str(b), "--gen-init", "copy", "--out", str(tmp_path / "y")]) == 2
     assert "--init-from" in capsys.readouterr().err
+
+
+def test_a_denki_bundle_imported_keeps_its_pretraining_flops(tmp_path, tiny_tokenizer_dir):
+    """The evidence protocol (docs/import.md): a denki run exported, imported like a hub checkpoint, continued —
+    the total FLOPs stay known."""
+    fresh = run_pretrain(PretrainConfig(corpus=[str(SAMPLE_CORPUS)], tokenizer=str(tiny_tokenizer_dir),
+                                        out=str(tmp_path / "general"), steps=2, batch_size=4, seq_len=64,
+                                        device="cpu", progress=False, cache_dir=str(tmp_path / "cache"),
+                                        save_every=2))
+    assert main(["import", "--model", str(tmp_path / "general" / "bundle"), "--out", str(tmp_path / "imp")]) == 0
+    imp = verify_bundle(tmp_path / "imp")["source"]["import"]
+    assert imp["architecture"] == "ElectraForPreTraining" and imp["pretraining_flops"] == pytest.approx(fresh["flops"])
+    s = run_pretrain(_cfg(tmp_path, tmp_path / "imp", "dapt", steps=2))
+    assert s["init_flops"] == pytest.approx(fresh["flops"]) and s["total_flops"] == pytest.approx(fresh["flops"] + s["flops"])

@@ -308,6 +308,20 @@ def import_checkpoint(model: str | os.PathLike, out_dir: str | os.PathLike, *,
         gen_record = {"from": gorigin, "architecture": garch, "files": _source_files(gsrc),
                       "hidden_size": gen.config.hidden_size, **ginfo}
 
+    # a denki bundle (or run) imported like a hub checkpoint keeps the pretraining FLOPs its manifest records,
+    # so continued runs on top of it can still report total FLOPs
+    pre_flops = None
+    if (src / "manifest.json").is_file():
+        try:
+            dm = json.loads((src / "manifest.json").read_text(encoding="utf-8"))
+            dsrc = dm.get("source") or {}
+            # a continued run records its total (None when its own start was unknown); a fresh run its FLOPs
+            pre_flops = dsrc.get("total_flops") if dsrc.get("init_from") else (dm.get("metrics") or {}).get("flops")
+            if dsrc.get("init") == "import":
+                pre_flops = dsrc.get("import", {}).get("pretraining_flops")
+        except (json.JSONDecodeError, AttributeError):
+            pre_flops = None
+
     with tempfile.TemporaryDirectory(prefix="denki-import-") as tmp:
         tok_dir = Path(tmp) / "tokenizer"
         tok.save(tok_dir)  # denki's files, every setting explicit (what transformers and denki both read)
@@ -317,7 +331,8 @@ def import_checkpoint(model: str | os.PathLike, out_dir: str | os.PathLike, *,
             raise DenkiError(f"internal: the rewritten tokenizer files tokenise {len(bad)} probe texts differently")
         n_params = sum(p.numel() for p in net.parameters())
         source = {"import": {"from": origin, "architecture": arch, "model_type": c.model_type,
-                             "files": _source_files(src), **info, "notes": notes, "generator": gen_record},
+                             "files": _source_files(src), **info, "notes": notes, "generator": gen_record,
+                             "pretraining_flops": pre_flops},
                   "init": "import", "tokenizer": tok.fingerprint(), "tokenizer_settings": tok.settings.differences(),
                   "command": command or command_line()}
         metrics = {"import": {"tokenizer_probe_texts": len(texts), "tokenizer_identical": len(texts),
