@@ -119,6 +119,15 @@ def test_import_gives_an_equivalent_pretrained_bundle(name, checkpoints, importe
         assert imp["generator"] is None and not (bundle / "generator").exists()
 
 
+def test_a_raw_checkpoint_given_to_finetune_points_to_import(checkpoints, tmp_path, capsys):
+    rows = tmp_path / "r.jsonl"
+    rows.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in routing_rows(n=12)), encoding="utf-8")
+    ck = checkpoints["bert-unidic-lite"]
+    assert main(["finetune", "classify", "--model", str(ck), "--train", str(rows), "--dev", str(rows),
+                 "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    assert f"denki import --model {ck}" in capsys.readouterr().err
+
+
 def test_bin_only_checkpoint_is_refused_with_the_conversion_command(checkpoints, tmp_path, capsys):
     import torch
     from transformers import BertForPreTraining
