@@ -165,7 +165,7 @@ def load_checkpoint_model(d: Path, allowed: dict[str, str] = ENCODER_ARCHITECTUR
     hf_logging.set_verbosity_error()  # unexpected keys (e.g. a BertForPreTraining NSP head) are reported below
     try:
         model, info = cls.from_pretrained(str(d), use_safetensors=True, local_files_only=True,
-                                          output_loading_info=True, torch_dtype="float32")
+                                          output_loading_info=True, dtype="float32")
     finally:
         hf_logging.set_verbosity(verbosity)
     if info.get("missing_keys") or info.get("mismatched_keys"):
