@@ -25,7 +25,8 @@ def register(sub) -> None:
     p.add_argument("--parity-texts", metavar="FILE", default=None,
                    help="more texts (one per line, .txt/.gz) on which denki's ids must equal transformers'")
     p.add_argument("--cache-dir", metavar="DIR", default=None,
-                   help="Hugging Face hub cache to look hub ids up in (None: HF_HUB_CACHE, else ~/.cache/huggingface/hub)")
+                   help="Hugging Face hub cache to look hub ids up in (None: HF_HUB_CACHE, else "
+                        "~/.cache/huggingface/hub)")
     p.add_argument("--revision", default=None, help="cached revision (branch, tag or commit) of a hub id")
     p.set_defaults(func=cmd_import)
 

@@ -109,7 +109,8 @@ def main(argv=None) -> int:
         print(f"{gi}: {s['flops'] / s['steps']:.3g} FLOPs/step; probe AUC {probes}", flush=True)
     (out / "gen_init.json").write_text(json.dumps({"base": str(base), "args": vars(a), "results": results},
                                                   indent=1), encoding="utf-8")
-    lines = ["| generator init | steps | gen acc | replaced | disc loss | disc recall |", "|---|---|---:|---:|---:|---:|"]
+    lines = ["| generator init | steps | gen acc | replaced | disc loss | disc recall |",
+             "|---|---|---:|---:|---:|---:|"]
     for gi, r in results.items():
         for w in r["windows"]:
             f = (lambda v: "–" if v is None else f"{v:.3f}")

@@ -43,7 +43,8 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
 def representation_spread(encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, float]:
     """Spread of the encoder's final hidden states over the probe batch.
 
-    ``input_ids``/``attention_mask``: ``(B, L)``. ``encoder``: an ``ElectraModel`` / ``BertModel`` (``.electra`` / ``.bert`` of a head model).
+    ``input_ids``/``attention_mask``: ``(B, L)``. ``encoder``: an ``ElectraModel`` / ``BertModel`` (``.electra`` /
+    ``.bert`` of a head model).
     Returns ``{"cls_spread", "mean_spread"}``: mean over the hidden units of the std across the ``B`` sequences
     of the [CLS] vector ``(B, H)`` and of the attention-masked mean-pooled vector ``(B, H)``.
     """

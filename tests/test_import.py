@@ -100,7 +100,8 @@ def test_import_gives_an_equivalent_pretrained_bundle(name, checkpoints, importe
     assert imp["architecture"] == ("BertForPreTraining" if arch == "bert" else "ElectraForPreTraining")
     assert imp["from"] == {"path": str(ck.resolve())}
     assert imp["files"]["model.safetensors"] == sha256_file(ck / "model.safetensors")
-    assert manifest["metrics"]["import"]["tokenizer_identical"] == manifest["metrics"]["import"]["tokenizer_probe_texts"]
+    met = manifest["metrics"]["import"]
+    assert met["tokenizer_identical"] == met["tokenizer_probe_texts"] >= 28
     # the tokenizer: denki in the bundle == transformers on the original checkpoint, on real text
     tok, hf = JapaneseTokenizer.load(bundle), AutoTokenizer.from_pretrained(str(ck))
     assert tok.settings.mecab_dic == ("ipadic" if "ipadic" in flavour else "unidic_lite")

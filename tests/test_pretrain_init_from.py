@@ -104,7 +104,8 @@ def test_continued_rtd_run_records_init_keeps_tokenizer_and_resumes(bundles, tmp
     assert run["identity"]["gen_init"] == "bundle" and run["identity"]["size"] is None
     out = verify_bundle(tmp_path / "a" / "bundle", kinds=("pretrained",))
     src = out["source"]
-    assert src["init_from"]["sha256"] == man_in["files"]["model.safetensors"] and src["init_from"]["gen_init"] == "bundle"
+    assert src["init_from"]["sha256"] == man_in["files"]["model.safetensors"]
+    assert src["init_from"]["gen_init"] == "bundle"
     assert src["init_flops"] is None and src["total_flops"] is None  # an imported checkpoint's FLOPs are unknown
     assert "generator/model.safetensors" in out["files"]  # kept for a further continued run
     assert json.loads((tmp_path / "a" / "bundle" / "config.json").read_text())["architectures"] == [
@@ -212,4 +213,5 @@ def test_a_denki_bundle_imported_keeps_its_pretraining_flops(tmp_path, tiny_toke
     imp = verify_bundle(tmp_path / "imp")["source"]["import"]
     assert imp["architecture"] == "ElectraForPreTraining" and imp["pretraining_flops"] == pytest.approx(fresh["flops"])
     s = run_pretrain(_cfg(tmp_path, tmp_path / "imp", "dapt", steps=2))
-    assert s["init_flops"] == pytest.approx(fresh["flops"]) and s["total_flops"] == pytest.approx(fresh["flops"] + s["flops"])
+    assert s["init_flops"] == pytest.approx(fresh["flops"])
+    assert s["total_flops"] == pytest.approx(fresh["flops"] + s["flops"])

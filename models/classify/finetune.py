@@ -4,8 +4,8 @@ Pieces, in the order ``denki finetune classify`` uses them:
 
 * :mod:`models.classify.predict` — token ids, length-sorted batches with dynamic padding, batched logits;
 * :func:`train_one_seed` — ``ElectraForSequenceClassification`` (``BertForSequenceClassification`` for a BERT
-  bundle from ``denki import``: the class follows the bundle's ``config.json``); AdamW with layer-wise LR decay (official
-  ELECTRA: 0.8), linear warmup + linear decay, optional class weights, bf16 autocast on CUDA, early stopping
+  bundle from ``denki import``: the class follows the bundle's ``config.json``); AdamW with layer-wise LR decay
+  (official ELECTRA: 0.8), linear warmup + linear decay, optional class weights, bf16 autocast on CUDA, early stopping
   on dev macro-F1 (the best epoch's weights are kept);
 * :func:`finetune` — several seeds, median-seed model kept, then the routing rule is fitted on dev
   (:mod:`models.classify.calibration`), saved in ``task.json`` of a ``classifier`` bundle, and the report is

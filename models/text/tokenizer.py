@@ -6,11 +6,13 @@ Design (see README "Tokenizer"):
   subword_tokenizer_type="wordpiece") loaded from the same directory. denki's own tokenizers use
   mecab_dic="unidic_lite" and do_lower_case=False; a checkpoint's own settings (ipadic or unidic, lower-casing,
   no NFKC, other special-token strings, ``never_split``, character subwords) are read from its
-  ``tokenizer_config.json`` (:mod:`models.text.settings`) and reproduced with the same ids and offsets. Like transformers, literal special-token strings in the text (``[CLS]``, ``[SEP]``, ``[MASK]``, …) are
+  ``tokenizer_config.json`` (:mod:`models.text.settings`) and reproduced with the same ids and offsets. Like
+  transformers, literal special-token strings in the text (``[CLS]``, ``[SEP]``, ``[MASK]``, …) are
   split out *before* normalisation and become those special tokens (JSQuAD contexts use ``"title [SEP] text"`` on
   purpose); everything between them is NFKC-normalised and segmented separately.
 * **Normalisation.** NFKC, no lower-casing, no accent stripping (dakuten survive: が ≠ か). Full-width letters
-  become ASCII, half-width kana become full-width, ``①`` → ``1``, ``㍿`` → ``株式会社``.
+  become ASCII, half-width kana become full-width, ``①`` → ``1``, ``㍿`` → ``株式会社``. (A checkpoint with
+  ``do_lower_case`` lower-cases per character before NFKC and every MeCab surface after it, as transformers does.)
 * **Offsets.** ``offsets[i] = (start, end)`` index the ORIGINAL string (Python ``str`` indices, i.e. code
   points). Special tokens added by the encoder ([CLS], [SEP], [PAD]) get ``(0, 0)`` as in transformers. When one
   original character expands into several tokens (``㍿`` → ``株式`` ``##会社``) all of them point at that character.
