@@ -16,6 +16,7 @@ from models.io.errors import DenkiError
 COMMAND_MODULES = [
     "app.cmd_quickstart",
     "app.cmd_tokenizer",
+    "app.cmd_import",
     "app.cmd_pretrain",
     "app.cmd_experiment",
     "app.cmd_finetune",
@@ -35,8 +36,8 @@ def _quiet_offline_env() -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="denki",
-        description="denki (電気): Japanese ELECTRA kit — tokenizer, RTD pretraining, fine-tuning, ONNX export, "
-                    "serving and a demo, on your own corpus.",
+        description="denki (電気): Japanese ELECTRA kit — tokenizer, RTD pretraining (or import of a public "
+                    "MeCab-WordPiece ELECTRA/BERT), fine-tuning, ONNX export, serving and a demo, on your own corpus.",
         epilog="Run `denki COMMAND --help` for a command's options.",
     )
     try:

@@ -17,7 +17,8 @@ def _min_recall(value: str) -> tuple[str, float]:
 def register_finetune(sub) -> None:
     p = sub.add_parser(
         "classify", help="fine-tune a routing classifier (text → label, or 'human' when unsure)",
-        description="Fine-tune ElectraForSequenceClassification from a pretrained bundle (or a random-init "
+        description="Fine-tune ElectraForSequenceClassification (BertForSequenceClassification for an imported "
+                    "BERT) from a pretrained bundle (or a random-init "
                     "control) on a labelled JSONL/CSV file (.gz allowed; CSV needs a header row), with several "
                     "seeds (the median-seed model is kept). Then fit on dev: temperature scaling, per-class "
                     "offsets for --min-recall classes, and an abstention threshold for --target-precision / "

@@ -13,11 +13,23 @@ def register(sub) -> None:
                     "the same encoder, until --steps or --max-flops is reached. Re-running the same command on "
                     "the same --out resumes from the newest checkpoint. Writes OUT/metrics.jsonl, "
                     "OUT/curves.png, OUT/summary.json and the model bundle OUT/bundle/. Multi-GPU: "
-                    "`torchrun --nproc_per_node N -m app.cli pretrain ...`.",
+                    "`torchrun --nproc_per_node N -m app.cli pretrain ...`. Continued (domain-adaptive) pretraining: "
+                    "--init-from BUNDLE starts from a pretrained bundle (`denki import` or an earlier run) with its "
+                    "tokenizer and architecture instead of --tokenizer/--size (docs/import.md).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.set_defaults(_group_parser=p, func=cmd_pretrain)
     p.add_argument("--corpus", nargs="+", metavar="FILE", help="corpus files (.txt or .txt.gz)")
-    p.add_argument("--tokenizer", metavar="DIR", help="tokenizer directory (denki tokenizer train)")
+    p.add_argument("--tokenizer", metavar="DIR",
+                   help="tokenizer directory (denki tokenizer train); with --init-from: the bundle's (leave it out)")
+    p.add_argument("--init-from", metavar="BUNDLE", default=None,
+                   help="continue pretraining from this pretrained bundle (imported or denki's): its weights, "
+                        "tokenizer and architecture (--size is ignored)")
+    p.add_argument("--gen-init", choices=("bundle", "copy", "random"), default=None,
+                   help="--init-from with electra: the generator — bundle (its generator/), copy (the checkpoint's "
+                        "bottom --gen-layers layers + embeddings, new MLM head), random (fresh, --gen-size wide; "
+                        "embeddings from the checkpoint). Default: bundle if it has a generator, else copy")
+    p.add_argument("--gen-layers", type=int, default=None,
+                   help="--gen-init copy: generator depth (default: a quarter of the discriminator's layers, ≥ 1)")
     p.add_argument("--size", choices=("tiny", "small", "base"), default="tiny")
     p.add_argument("--objective", choices=("electra", "mlm", "electra15"), default="electra",
                    help="electra15 = the paper's 'ELECTRA 15%%' ablation (disc loss on masked positions only)")
@@ -62,7 +74,9 @@ def register(sub) -> None:
 def cmd_pretrain(args) -> int:
     from models.io.errors import DenkiError
 
-    missing = [f"--{k}" for k in ("corpus", "tokenizer", "out") if not getattr(args, k)]
+    missing = [f"--{k}" for k in ("corpus", "out") if not getattr(args, k)]
+    if not args.tokenizer and not args.init_from:
+        missing.append("--tokenizer (or --init-from)")
     if missing:
         raise DenkiError(f"pretrain needs {', '.join(missing)} (see `denki pretrain --help`)")
     from pretrain.train import PretrainConfig, run_pretrain
@@ -74,7 +88,7 @@ def cmd_pretrain(args) -> int:
         disc_weight=args.disc_weight, share_embeddings=args.embeddings == "shared", dropout=args.dropout,
         warmup_steps=args.warmup_steps, log_every=args.log_every,
         save_every=args.save_every, keep=args.keep, cache_dir=args.cache_dir, compile=args.compile,
-        export=not args.no_export)
+        export=not args.no_export, init_from=args.init_from, gen_init=args.gen_init, gen_layers=args.gen_layers)
     s = run_pretrain(cfg)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return 0
@@ -89,6 +103,10 @@ def cmd_pretrain(args) -> int:
         msg += f"; probe: [CLS] spread {d.get('cls_spread', 0):.4f}, mean-pooled {d.get('mean_spread', 0):.4f}"
         if d.get("disc_auc") is not None:
             msg += f", disc AUC {d['disc_auc']:.3f}"
+    if s.get("init_from"):
+        tf = s.get("total_flops")
+        msg += (f"; continued from {s['init_from']['path']} (total FLOPs "
+                + (f"{tf:.3g}" if tf is not None else "unknown: the checkpoint's own are not recorded") + ")")
     print(msg + f" → {s.get('bundle')}")
     return 0
 

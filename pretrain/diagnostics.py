@@ -43,7 +43,8 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
 def representation_spread(encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, float]:
     """Spread of the encoder's final hidden states over the probe batch.
 
-    ``input_ids``/``attention_mask``: ``(B, L)``. ``encoder``: an ``ElectraModel`` (``.electra`` of a head model).
+    ``input_ids``/``attention_mask``: ``(B, L)``. ``encoder``: an ``ElectraModel`` / ``BertModel`` (``.electra`` /
+    ``.bert`` of a head model).
     Returns ``{"cls_spread", "mean_spread"}``: mean over the hidden units of the std across the ``B`` sequences
     of the [CLS] vector ``(B, H)`` and of the attention-masked mean-pooled vector ``(B, H)``.
     """
@@ -103,7 +104,7 @@ def run_probe(pretrainer, ids: torch.Tensor, *, pad_id: int, mask_fn) -> dict[st
         torch.manual_seed(PROBE_SEED)
         am = (ids != pad_id).long()
         encoder = getattr(pretrainer, "discriminator", None) or pretrainer.export_model
-        out = representation_spread(encoder.electra, ids, am)
+        out = representation_spread(getattr(encoder, encoder.base_model_prefix), ids, am)  # .electra / .bert
         if hasattr(pretrainer, "discriminator"):
             mk = mask_fn(ids)
             out.update(rtd_auc(pretrainer, ids, mk.input_ids, mk.positions, am))

@@ -6,7 +6,9 @@
 
 Both load with ``transformers.AutoModel.from_pretrained(BUNDLE)`` (→ ``ElectraModel``) and
 ``ElectraForSequenceClassification.from_pretrained(BUNDLE)`` (its ``electra.*`` weights; the head is new).
-The generator is not exported (it is a training device only).
+The generator is not exported (it is a training device only) — except after continued RTD pretraining
+(``--init-from``), whose bundle keeps it in ``generator/`` (as ``denki import --generator`` does), so that a
+further continued run can start from it too.
 """
 from __future__ import annotations
 
@@ -16,17 +18,26 @@ from pathlib import Path
 from models.io.errors import DenkiError
 
 
-def export_bundle(model, tokenizer_dir, out_dir, *, source: dict, metrics: dict) -> dict:
-    """``model``: the HF model to export (``pretrainer.export_model``). Returns the manifest."""
+def export_bundle(model, tokenizer_dir, out_dir, *, source: dict, metrics: dict, dropout: dict | None = None,
+                  generator=None) -> dict:
+    """``model``: the HF model to export (``pretrainer.export_model``). ``dropout``: the config values the bundle
+    carries (default: the fine-tuning preset's; a continued run passes its checkpoint's own). ``generator``: an
+    ``ElectraForMaskedLM`` saved in ``generator/`` (continued RTD). Returns the manifest."""
+    from models.bundle.importer import GENERATOR_DIR
     from models.bundle.presets import FINETUNE_DROPOUT
     from models.bundle.pytorch import save_bundle
 
     model.config.architectures = [type(model).__name__]
     # the bundle is a starting point for fine-tuning: it carries the fine-tuning dropout, not the (maybe lower)
     # one used in pretraining (`denki pretrain --dropout`)
-    model.config.hidden_dropout_prob = FINETUNE_DROPOUT
-    model.config.attention_probs_dropout_prob = FINETUNE_DROPOUT
-    return save_bundle(model, tokenizer_dir, out_dir, "pretrained", source=source, metrics=metrics)
+    dropout = {k: v for k, v in (dropout or {}).items() if v is not None}
+    for m in (model, generator) if generator is not None else (model,):
+        m.config.hidden_dropout_prob = dropout.get("hidden_dropout_prob", FINETUNE_DROPOUT)
+        m.config.attention_probs_dropout_prob = dropout.get("attention_probs_dropout_prob", FINETUNE_DROPOUT)
+    if generator is not None:
+        generator.config.architectures = [type(generator).__name__]
+    return save_bundle(model, tokenizer_dir, out_dir, "pretrained", source=source, metrics=metrics,
+                       submodels={GENERATOR_DIR: generator} if generator is not None else None)
 
 
 def _resolve_checkpoint(path: Path) -> Path:
@@ -55,10 +66,15 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
     run_dir = ckpt.parent.parent
     state = read_state(ckpt)
     mc = state["model_config"]
-    disc_cfg = ElectraConfig(**{k: v for k, v in mc["disc"].items() if k != "model_type"})
-    gen_cfg = ElectraConfig(**{k: v for k, v in mc["gen"].items() if k != "model_type"}) if mc["gen"] else None
-    model = build_pretrainer(mc["objective"], disc_cfg, gen_cfg, mc.get("disc_weight", 50.0),
-                             share_embeddings=mc.get("share_embeddings", True))
+    if mc.get("classes"):  # continued pretraining: the classes and configs of the bundle it started from
+        from .init_from import rebuild
+
+        model = rebuild(mc)
+    else:
+        disc_cfg = ElectraConfig(**{k: v for k, v in mc["disc"].items() if k != "model_type"})
+        gen_cfg = ElectraConfig(**{k: v for k, v in mc["gen"].items() if k != "model_type"}) if mc["gen"] else None
+        model = build_pretrainer(mc["objective"], disc_cfg, gen_cfg, mc.get("disc_weight", 50.0),
+                                 share_embeddings=mc.get("share_embeddings", True))
     load_checkpoint(ckpt, model, restore_rng_states=False)
     tok_dir = run_dir / "tokenizer"
     run = json.loads((run_dir / "run.json").read_text(encoding="utf-8")) if (run_dir / "run.json").is_file() else {}
@@ -70,10 +86,17 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
                "final": rows[-1] if rows else {}, "diagnostics": last_diagnostics(rows)}
     from models.bundle.format import command_line
 
-    source = {"objective": mc["objective"], "size": ident.get("size"), "checkpoint": str(ckpt),
+    init = run.get("init_from")
+    init_keys = {"init_from": init, "init_flops": init.get("flops"),
+                 "total_flops": state["flops"] + init["flops"] if init.get("flops") is not None else None} \
+        if init else {}
+    source = {**init_keys, "objective": mc["objective"], "size": ident.get("size") or ("init" if init else None),
+              "checkpoint": str(ckpt),
               "corpus": [{"path": p, "sha256": s} for p, s in zip(run.get("corpus", []),
                                                                   ident.get("corpus_sha256", []))],
               "tokenizer": ident.get("tokenizer"), "seed": ident.get("seed"), "steps": state["step"],
               "tokens": state["tokens"], "flops": state["flops"], "max_flops": ident.get("max_flops"),
               "command": command_line()}
-    return export_bundle(model.export_model, tok_dir, out_dir, source=source, metrics=bundle_metrics(summary))
+    gen = model.generator if init and mc["objective"] != "mlm" else None
+    return export_bundle(model.export_model, tok_dir, out_dir, source=source, metrics=bundle_metrics(summary),
+                         dropout=mc.get("export_dropout"), generator=gen)

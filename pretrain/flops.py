@@ -8,9 +8,11 @@ from __future__ import annotations
 
 
 def encoder_forward_flops(cfg, batch: int, seq_len: int) -> int:
-    """Forward FLOPs of an ``ElectraModel`` (embedding projection + transformer layers) on ``(batch, seq_len)``."""
+    """Forward FLOPs of an ``ElectraModel`` / ``BertModel`` (embedding projection + transformer layers) on
+    ``(batch, seq_len)`` (a BERT pooler's ``2·batch·h²`` is left out: < 0.1% of a step)."""
     n = batch * seq_len
-    h, f, e = cfg.hidden_size, cfg.intermediate_size, cfg.embedding_size
+    # BERT has no embedding_size: its embeddings are hidden-wide, no projection
+    h, f, e = cfg.hidden_size, cfg.intermediate_size, getattr(cfg, "embedding_size", cfg.hidden_size)
     total = 0
     if e != h:
         total += 2 * n * e * h                     # embeddings_project
@@ -23,8 +25,10 @@ def encoder_forward_flops(cfg, batch: int, seq_len: int) -> int:
 
 
 def mlm_head_forward_flops(cfg, n_masked: int) -> int:
-    """``ElectraGeneratorPredictions`` (hidden → embedding) + tied LM head (embedding → vocab) at M positions."""
-    return 2 * n_masked * cfg.hidden_size * cfg.embedding_size + 2 * n_masked * cfg.embedding_size * cfg.vocab_size
+    """``ElectraGeneratorPredictions`` (hidden → embedding) + tied LM head (embedding → vocab) at M positions
+    (BERT: the transform hidden → hidden + the decoder hidden → vocab: the same formula with embedding = hidden)."""
+    e = getattr(cfg, "embedding_size", cfg.hidden_size)
+    return 2 * n_masked * cfg.hidden_size * e + 2 * n_masked * e * cfg.vocab_size
 
 
 def disc_head_forward_flops(cfg, batch: int, seq_len: int) -> int:

@@ -8,6 +8,10 @@
   generator's output layer is tied to the generator's token embeddings.
 * :class:`MLMPretrainer` (baseline): an ``ElectraForMaskedLM`` of the discriminator's size, BERT-style MLM.
 
+Both also take ready-made models (``denki pretrain --init-from BUNDLE``, :mod:`pretrain.init_from`): an imported
+or denki discriminator and generator for RTD, or an ``ElectraForMaskedLM`` / ``BertForMaskedLM`` /
+``BertForPreTraining`` for MLM (a BERT's pooler and NSP head are kept but frozen: MLM does not train them).
+
 Losses (choices follow the official implementation; "mean" everywhere):
 
 * generator / MLM loss: cross-entropy averaged over the masked positions of the batch;
@@ -59,12 +63,16 @@ class RTDPretrainer(nn.Module):
     objective = "electra"
 
     def __init__(self, disc_config, gen_config, disc_weight: float = 50.0, masked_only: bool = False,
-                 prior: float = 0.15, share_embeddings: bool = True):
+                 prior: float = 0.15, share_embeddings: bool = True, *, discriminator=None, generator=None,
+                 init_prior: bool = True):
+        """``discriminator`` / ``generator``: ready-made ``ElectraForPreTraining`` / ``ElectraForMaskedLM``
+        (continued pretraining) instead of fresh ones from the configs; ``init_prior=False`` keeps a loaded
+        discriminator head's bias."""
         super().__init__()
         from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
-        self.discriminator = ElectraForPreTraining(disc_config)
-        self.generator = ElectraForMaskedLM(gen_config)
+        self.discriminator = discriminator if discriminator is not None else ElectraForPreTraining(disc_config)
+        self.generator = generator if generator is not None else ElectraForMaskedLM(gen_config)
         self.share_embeddings = bool(share_embeddings)
         if self.share_embeddings:
             # share the embeddings module (token, position, type embeddings + LayerNorm) ...
@@ -77,7 +85,8 @@ class RTDPretrainer(nn.Module):
         self.masked_only = bool(masked_only)  # "ELECTRA 15%": disc loss on the masked positions only
         self.objective = "electra15" if masked_only else "electra"
         self.sampler = inverse_cdf_sample  # replaceable in tests
-        self.init_disc_prior(prior)
+        if init_prior:
+            self.init_disc_prior(prior)
 
     def init_disc_prior(self, prior: float) -> None:
         """Start the discriminator's output bias at the log-odds of the replaced share (``prior`` ≈ the mask rate).
@@ -133,25 +142,41 @@ class RTDPretrainer(nn.Module):
 
 
 class MLMPretrainer(nn.Module):
-    """BERT-style MLM on an encoder of the discriminator's size (``ElectraForMaskedLM``, head tied)."""
+    """BERT-style MLM on an encoder of the discriminator's size (``ElectraForMaskedLM``, head tied), or on a
+    ready-made ``model`` (``ElectraForMaskedLM``, ``BertForMaskedLM``, ``BertForPreTraining``)."""
 
     objective = "mlm"
 
-    def __init__(self, disc_config):
+    def __init__(self, disc_config, *, model=None):
         super().__init__()
         from transformers import ElectraForMaskedLM
 
-        self.mlm = ElectraForMaskedLM(disc_config)
-        self.mlm.generator_lm_head.weight = self.mlm.electra.embeddings.word_embeddings.weight
+        self.mlm = model if model is not None else ElectraForMaskedLM(disc_config)
+        self.is_bert = self.mlm.config.model_type == "bert"
+        if self.is_bert:
+            # MLM trains neither the pooler nor the NSP head of a BertForPreTraining: frozen (no optimizer state,
+            # no unused-parameter error under DDP), saved unchanged with the rest
+            for name, p in self.mlm.named_parameters():
+                if ".pooler." in f".{name}" or "seq_relationship" in name:
+                    p.requires_grad_(False)
+        else:
+            self.mlm.generator_lm_head.weight = self.mlm.electra.embeddings.word_embeddings.weight
 
     @property
     def export_model(self):
         return self.mlm
 
+    def mlm_logits(self, hidden_at_positions: torch.Tensor) -> torch.Tensor:
+        """``(M, H)`` hidden states at the masked positions → ``(M, V)`` logits (the model's tied LM head)."""
+        if self.is_bert:
+            return self.mlm.cls.predictions(hidden_at_positions)
+        return self.mlm.generator_lm_head(self.mlm.generator_predictions(hidden_at_positions))
+
     def forward(self, original_ids, masked_ids, positions, attention_mask) -> dict[str, torch.Tensor]:
         targets = original_ids[positions]
-        hidden = self.mlm.electra(input_ids=masked_ids, attention_mask=attention_mask).last_hidden_state
-        logits = self.mlm.generator_lm_head(self.mlm.generator_predictions(hidden[positions]))
+        encoder = getattr(self.mlm, self.mlm.base_model_prefix)  # .electra / .bert
+        hidden = encoder(input_ids=masked_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, H)
+        logits = self.mlm_logits(hidden[positions])
         loss = F.cross_entropy(logits.float(), targets)
         with torch.no_grad():
             stats = {"n_masked": positions.sum(), "gen_correct": (logits.argmax(-1) == targets).sum(),

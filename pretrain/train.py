@@ -10,6 +10,10 @@ Layout of a run directory ``OUT``::
     curves.png        loss, gen_acc, replace_rate, disc P/R vs FLOPs
     bundle/           the exported discriminator (ELECTRA) / encoder (MLM) as a ``pretrained`` bundle
 
+Continued pretraining (``init_from``, :mod:`pretrain.init_from`): the models start from a ``pretrained`` bundle
+(imported or denki's) instead of random weights, the bundle's tokenizer is the run's, and ``run.json`` /
+the bundle's manifest record the bundle (path + sha256 of its weights) and the FLOPs already spent in it.
+
 Reproducibility: the data order is a pure function of (seed, step) (see data.PackedSequences); masking, dropout
 and Gumbel noise use the global torch RNG, whose state is checkpointed. On CPU a killed-and-resumed run ends with
 parameters identical to an uninterrupted one.
@@ -55,13 +59,13 @@ def default_lr(size: str, objective: str) -> float:
 # settings that define a run: changing any of them on resume is an error
 IDENTITY_KEYS = ("corpus_sha256", "tokenizer", "size", "objective", "batch_size", "seq_len", "lr", "seed",
                  "mask_prob", "gen_size", "disc_weight", "max_flops", "steps", "warmup_steps", "weight_decay",
-                 "world_size", "embeddings", "dropout")
+                 "world_size", "embeddings", "dropout", "init_from", "gen_init", "gen_layers")
 
 
 @dataclass
 class PretrainConfig:
     corpus: list[str]
-    tokenizer: str
+    tokenizer: str | None  # None/"" with init_from: the bundle's tokenizer
     out: str
     size: str = "tiny"
     objective: str = "electra"
@@ -89,6 +93,12 @@ class PretrainConfig:
     compile: bool = False
     progress: bool = True
     export: bool = True
+    #: continued pretraining: a ``pretrained`` bundle (or run directory) to start from (see pretrain.init_from)
+    init_from: str | None = None
+    #: RTD from a bundle: bundle | copy | random (None: bundle when it has generator/, else copy)
+    gen_init: str | None = None
+    #: gen_init copy: generator depth (None: max(1, L // 4) of the discriminator's L layers)
+    gen_layers: int | None = None
     extra: dict = field(default_factory=dict)
 
 
@@ -144,8 +154,14 @@ def plan_steps(cfg: PretrainConfig, disc_cfg, gen_cfg, world: int) -> int:
     return max(1, min(candidates))
 
 
-def _identity(cfg: PretrainConfig, shas: list[str], tok_fp: str, world: int, lr: float, warmup: int | None) -> dict:
-    return {"corpus_sha256": shas, "tokenizer": tok_fp, "size": cfg.size, "objective": cfg.objective,
+def _identity(cfg: PretrainConfig, shas: list[str], tok_fp: str, world: int, lr: float, warmup: int | None,
+              init: dict | None = None) -> dict:
+    """``init``: continued pretraining — ``{"init_from": {"path", "sha256"}, "gen_init", "gen_layers"}`` (the
+    architecture is the bundle's, so ``size`` is None); absent keys stay None, so older runs still resume."""
+    init = init or {}
+    return {"corpus_sha256": shas, "tokenizer": tok_fp, "size": None if init else cfg.size,
+            "objective": cfg.objective, "init_from": init.get("init_from"), "gen_init": init.get("gen_init"),
+            "gen_layers": init.get("gen_layers"),
             "batch_size": cfg.batch_size, "seq_len": cfg.seq_len, "lr": lr, "seed": cfg.seed,
             "mask_prob": cfg.mask_prob, "gen_size": cfg.gen_size if cfg.objective in RTD_OBJECTIVES else None,
             "disc_weight": cfg.disc_weight if cfg.objective in RTD_OBJECTIVES else None,
@@ -272,10 +288,45 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     rank, world, device = _init_distributed(cfg.device)
     main = rank == 0
     out = Path(cfg.out)
-    tok = JapaneseTokenizer.load(cfg.tokenizer)
+    init_bundle = init_rec = None
+    init_ident: dict = {}
+    lr_size = cfg.size
+    if cfg.init_from:
+        from models.bundle.importer import generator_of
+
+        from .init_from import bundle_architecture, default_gen_layers, resolve_init
+
+        init_bundle, init_rec = resolve_init(cfg.init_from)
+        tok_dir = init_bundle
+        tok = JapaneseTokenizer.load(init_bundle)
+        if cfg.tokenizer and JapaneseTokenizer.load(cfg.tokenizer).fingerprint() != tok.fingerprint():
+            raise DenkiError(f"--tokenizer {cfg.tokenizer} is not the tokenizer of --init-from {init_bundle} "
+                             "(continued pretraining keeps the checkpoint's vocabulary); leave --tokenizer out")
+        bcfg = json.loads((init_bundle / "config.json").read_text(encoding="utf-8"))
+        h = int(bcfg["hidden_size"])
+        lr_size = "tiny" if h <= 128 else "small" if h <= 256 else "base"  # only for the default --lr
+        gen_init = gen_layers = None
+        if cfg.objective in RTD_OBJECTIVES:
+            gen_init = cfg.gen_init or ("bundle" if generator_of(init_bundle) is not None else "copy")
+            if gen_init == "copy":
+                gen_layers = int(cfg.gen_layers or default_gen_layers(int(bcfg["num_hidden_layers"])))
+        elif cfg.gen_init or cfg.gen_layers:
+            raise DenkiError("--gen-init / --gen-layers apply to RTD (--objective electra) only")
+        init_ident = {"init_from": {"path": init_rec["path"], "sha256": init_rec["sha256"]}, "gen_init": gen_init,
+                      "gen_layers": gen_layers}
+        if bundle_architecture(init_bundle)[0] == "bert" and cfg.objective in RTD_OBJECTIVES:
+            raise DenkiError(f"{init_bundle}: a BERT has no replaced-token-detection discriminator; continue it "
+                             "with --objective mlm")
+    else:
+        if not cfg.tokenizer:
+            raise DenkiError("pretrain needs --tokenizer DIR (or --init-from BUNDLE, whose tokenizer it keeps)")
+        if cfg.gen_init or cfg.gen_layers:
+            raise DenkiError("--gen-init / --gen-layers go with --init-from")
+        tok_dir = cfg.tokenizer
+        tok = JapaneseTokenizer.load(cfg.tokenizer)
     shas = [file_sha256(p) for p in cfg.corpus]
-    lr = cfg.lr if cfg.lr is not None else default_lr(cfg.size, cfg.objective)
-    ident = _identity(cfg, shas, tok.fingerprint(), world, lr, cfg.warmup_steps)
+    lr = cfg.lr if cfg.lr is not None else default_lr(lr_size, cfg.objective)
+    ident = _identity(cfg, shas, tok.fingerprint(), world, lr, cfg.warmup_steps, init_ident)
     _check_same_run(out, ident)
 
     summary_path = out / "summary.json"
@@ -291,8 +342,9 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     if main:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out / "run.json", {"identity": ident, "corpus": [str(p) for p in cfg.corpus],
-                                             "tokenizer_dir": str(cfg.tokenizer), "config": asdict(cfg)})
-        copy_tokenizer(cfg.tokenizer, out / "tokenizer")
+                                             "tokenizer_dir": str(tok_dir), "config": asdict(cfg),
+                                             "init_from": init_rec})
+        copy_tokenizer(tok_dir, out / "tokenizer")
     # rank 0 tokenizes; the others then find the cache
     if main:
         cache = build_token_cache(cfg.corpus, tok, cfg.cache_dir, progress=cfg.progress, corpus_shas=shas)
@@ -303,19 +355,40 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
 
     drop = {} if cfg.dropout is None else {"hidden_dropout_prob": cfg.dropout,
                                            "attention_probs_dropout_prob": cfg.dropout}
-    disc_cfg = electra_config(cfg.size, tok.vocab_size, max_position_embeddings=max(512, cfg.seq_len), **drop)
-    gen_cfg = generator_config(disc_cfg, cfg.gen_size) if cfg.objective in RTD_OBJECTIVES else None
-    total_steps = plan_steps(cfg, disc_cfg, gen_cfg, world)
-    warmup = cfg.warmup_steps if cfg.warmup_steps is not None else min(10000, max(1, total_steps // 10))
+    init_record = None
+    if init_bundle is not None:
+        from .init_from import build_from_bundle, model_config_for
 
-    set_seed(cfg.seed)
-    model = build_pretrainer(cfg.objective, disc_cfg, gen_cfg, cfg.disc_weight, cfg.mask_prob,
-                             share_embeddings=cfg.share_embeddings).to(device)
+        set_seed(cfg.seed)  # new heads (and a random generator) are initialised from it
+        model, init_record = build_from_bundle(cfg.objective, init_bundle, gen_init=init_ident["gen_init"],
+                                               gen_layers=init_ident["gen_layers"], gen_size=cfg.gen_size,
+                                               disc_weight=cfg.disc_weight, mask_prob=cfg.mask_prob,
+                                               share_embeddings=cfg.share_embeddings, dropout=cfg.dropout)
+        rtd = cfg.objective in RTD_OBJECTIVES
+        disc_cfg = model.discriminator.config if rtd else model.mlm.config
+        gen_cfg = model.generator.config if rtd else None
+        if cfg.seq_len > disc_cfg.max_position_embeddings:
+            raise DenkiError(f"--seq-len {cfg.seq_len} exceeds the checkpoint's {disc_cfg.max_position_embeddings} "
+                             "positions")
+        model = model.to(device)
+        model_config = model_config_for(model, cfg.objective, cfg.disc_weight, cfg.share_embeddings)
+        # the bundle keeps the checkpoint's own dropout (not the fine-tuning preset's)
+        model_config["export_dropout"] = {k: bcfg.get(k) for k in ("hidden_dropout_prob",
+                                                                   "attention_probs_dropout_prob")}
+        total_steps = plan_steps(cfg, disc_cfg, gen_cfg, world)
+    else:
+        disc_cfg = electra_config(cfg.size, tok.vocab_size, max_position_embeddings=max(512, cfg.seq_len), **drop)
+        gen_cfg = generator_config(disc_cfg, cfg.gen_size) if cfg.objective in RTD_OBJECTIVES else None
+        total_steps = plan_steps(cfg, disc_cfg, gen_cfg, world)
+        set_seed(cfg.seed)
+        model = build_pretrainer(cfg.objective, disc_cfg, gen_cfg, cfg.disc_weight, cfg.mask_prob,
+                                 share_embeddings=cfg.share_embeddings).to(device)
+        model_config = {"disc": disc_cfg.to_dict(), "gen": gen_cfg.to_dict() if gen_cfg else None,
+                        "objective": cfg.objective, "disc_weight": cfg.disc_weight,
+                        "share_embeddings": cfg.share_embeddings}
+    warmup = cfg.warmup_steps if cfg.warmup_steps is not None else min(10000, max(1, total_steps // 10))
     optimizer = build_optimizer(model, lr, weight_decay=cfg.weight_decay, fused=device.type == "cuda")
     scheduler = warmup_linear_schedule(optimizer, warmup, total_steps)
-    model_config = {"disc": disc_cfg.to_dict(), "gen": gen_cfg.to_dict() if gen_cfg else None,
-                    "objective": cfg.objective, "disc_weight": cfg.disc_weight,
-                    "share_embeddings": cfg.share_embeddings}
 
     step, tokens, flops, wall_before = 0, 0, 0.0, 0.0
     last = ck.latest_checkpoint(out)
@@ -337,10 +410,14 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
 
     split = ELECTRA_SPLIT if cfg.objective in RTD_OBJECTIVES else BERT_SPLIT
     special = (tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id)
+    special += tuple(tok.vocab[t] for t in tok.settings.extra_tokens)  # a checkpoint's extra added tokens
+    # random replacements skip the special tokens when they lead the vocabulary (denki's layout, and that of
+    # the public Japanese BERTs); elsewhere they are drawn from the whole vocabulary
+    first_regular = len(tok.special_ids) if tok.special_ids == tuple(range(len(tok.special_ids))) else 0
 
     def mask_fn(x):
         return mask_tokens(x, mask_prob=cfg.mask_prob, mask_id=tok.mask_id, special_ids=special,
-                           vocab_size=tok.vocab_size, split=split)
+                           vocab_size=tok.vocab_size, split=split, first_regular_id=first_regular)
 
     # health probe (pretrain/diagnostics.py): fixed batch, run at every checkpoint and at the end
     probe_ids = probe_batch(cache, cfg.seq_len, cls_id=tok.cls_id, pad_id=tok.pad_id).to(device)
@@ -355,7 +432,8 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     t_start = time.perf_counter()
     last_row = None
     budget = f"/{cfg.max_flops:.3g}" if cfg.max_flops else ""
-    bar = tqdm(total=total_steps, initial=step, desc=f"pretrain {cfg.objective}-{cfg.size}",
+    bar = tqdm(total=total_steps, initial=step,
+               desc=f"pretrain {cfg.objective}-{'init' if init_bundle is not None else cfg.size}",
                disable=not (main and cfg.progress), unit="step", dynamic_ncols=True)
 
     def save(step_now):
@@ -432,8 +510,12 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     _barrier(world)
     wall = wall_before + time.perf_counter() - t_start
     rows = read_metrics(out) if main else []
-    summary = {"finished": True, "objective": cfg.objective, "size": cfg.size, "steps": step, "tokens": tokens,
-               "flops": flops, "max_flops": cfg.max_flops, "wall_s": wall, "world_size": world,
+    init_flops = init_rec.get("flops") if init_rec else None
+    summary = {"finished": True, "objective": cfg.objective, "size": "init" if init_rec else cfg.size,
+               "steps": step, "tokens": tokens, "flops": flops, "max_flops": cfg.max_flops, "wall_s": wall,
+               "world_size": world, "init_from": init_rec, "init_flops": init_flops,
+               # pretraining FLOPs in the model, the checkpoint's included (unknown for an imported checkpoint)
+               "total_flops": (flops + init_flops) if init_flops is not None else (None if init_rec else flops),
                "device": str(device), "final": rows[-1] if rows else last_row,
                "bundle": str(out / "bundle") if cfg.export else None, "checkpoint": str(ck.latest_checkpoint(out))}
     if main:
@@ -444,9 +526,11 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
             print(f"pretrain: WARNING: {warning}", flush=True)
         plot_curves(rows, out / "curves.png", title=f"{cfg.objective} {cfg.size}: {out.name}")
         if cfg.export:
+            gen = model.generator if init_rec and cfg.objective in RTD_OBJECTIVES else None
             export_bundle(model.export_model, out / "tokenizer", out / "bundle",
-                          source=_source(cfg, shas, tok.fingerprint(), summary),
-                          metrics=bundle_metrics(summary))
+                          source=_source(cfg, shas, tok.fingerprint(), summary, init_record),
+                          metrics=bundle_metrics(summary), dropout=model_config.get("export_dropout"),
+                          generator=gen)
         atomic_write_json(summary_path, summary)
     _barrier(world)
     return summary
@@ -460,10 +544,14 @@ class _null:
         return False
 
 
-def _source(cfg: PretrainConfig, shas, tok_fp, summary) -> dict:
+def _source(cfg: PretrainConfig, shas, tok_fp, summary, init_record: dict | None = None) -> dict:
     from models.bundle.format import command_line
 
-    return {"objective": cfg.objective, "size": cfg.size,
+    init = {}
+    if summary.get("init_from"):
+        init = {"init_from": {**summary["init_from"], **(init_record or {})}, "init_flops": summary.get("init_flops"),
+                "total_flops": summary.get("total_flops")}
+    return {**init, "objective": cfg.objective, "size": summary.get("size", cfg.size),
             "corpus": [{"path": str(p), "sha256": s} for p, s in zip(cfg.corpus, shas)],
             "tokenizer": tok_fp, "seed": cfg.seed, "steps": summary["steps"], "tokens": summary["tokens"],
             "flops": summary["flops"], "max_flops": cfg.max_flops, "batch_size": cfg.batch_size,

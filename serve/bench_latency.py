@@ -95,12 +95,12 @@ def bench_latency(model_dir: str, out_dir: str, *, texts: str | None = None, tor
 
     # PyTorch eager on the same weights
     import torch
-    from transformers import ElectraForSequenceClassification
+    from transformers import AutoModelForSequenceClassification  # ELECTRA or BERT, as config.json says
 
     parent = torch_model or man.get("source", {}).get("parent", {}).get("path")
     torch_m = None
     if parent and Path(parent, "model.safetensors").is_file():
-        torch_m = ElectraForSequenceClassification.from_pretrained(parent, use_safetensors=True).eval()
+        torch_m = AutoModelForSequenceClassification.from_pretrained(parent, use_safetensors=True).eval()
         if threads:
             torch.set_num_threads(threads)
 

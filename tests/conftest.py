@@ -52,6 +52,33 @@ def tiny_tokenizer(tiny_tokenizer_dir):
     return JapaneseTokenizer.load(tiny_tokenizer_dir)
 
 
+#: tokenizer flavours of public checkpoints: MeCab dictionary × lower-casing (cl-tohoku v3 = unidic-lite cased,
+#: bert-base-japanese-whole-word-masking and izumi-lab's ELECTRA = ipadic cased)
+FLAVOURS = {
+    "unidic-lite": {},
+    "ipadic": {"mecab_dic": "ipadic"},
+    "unidic-lite-lower": {"do_lower_case": True},
+    "ipadic-lower": {"mecab_dic": "ipadic", "do_lower_case": True},
+}
+
+
+@pytest.fixture(scope="session")
+def flavour_tokenizer_dirs(tmp_path_factory, tiny_tokenizer_dir) -> dict[str, Path]:
+    """One 4,000-token tokenizer per :data:`FLAVOURS` entry, each trained with its own settings on the sample
+    corpus (≈1 s each); ``unidic-lite`` is :func:`tiny_tokenizer_dir` itself."""
+    from models.text.settings import TokenizerSettings
+    from models.text.tokenizer import train_tokenizer
+
+    out = {"unidic-lite": tiny_tokenizer_dir}
+    for name, kw in FLAVOURS.items():
+        if name not in out:
+            d = tmp_path_factory.mktemp(f"tok-{name}")
+            train_tokenizer([SAMPLE_CORPUS], vocab_size=4000, limit_alphabet=1500, settings=TokenizerSettings(**kw),
+                            progress=False).save(d)
+            out[name] = d
+    return out
+
+
 # ---------------------------------------------------------------- tiny fine-tuned bundles and their ONNX exports
 
 

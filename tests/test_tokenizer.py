@@ -1,6 +1,8 @@
-"""Tokenizer: transformers parity, original-string offsets, edge cases, file errors, CLI."""
+"""Tokenizer: transformers parity (denki's unidic-lite tokenizer and the checkpoint flavours: ipadic,
+lower-casing, both; character subwords), original-string offsets, edge cases, settings errors, file errors, CLI."""
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import random
@@ -9,12 +11,12 @@ import unicodedata
 
 import pytest
 
-from models.io.errors import InputError
-from models.text.normalize import nfkc_with_alignment
+from models.io.errors import DenkiError, InputError
+from models.text.normalize import lower_chars, nfkc_with_alignment, normalize_with_alignment
 from models.io.textio import iter_lines
 from models.text.tokenizer import JapaneseTokenizer
 
-from .conftest import (SAMPLE_CORPUS, SAMPLE_QA_DEV, SAMPLE_QA_TRAIN, SAMPLE_ROUTING_DEV, read_jsonl,
+from .conftest import (FLAVOURS, SAMPLE_CORPUS, SAMPLE_QA_DEV, SAMPLE_QA_TRAIN, SAMPLE_ROUTING_DEV, read_jsonl,
                        shared)
 
 EDGE_CASES = [
@@ -35,15 +37,33 @@ EDGE_CASES = [
     "x" * 150 + " 長い単語",           # a word over 100 characters → one [UNK]
     "ﾃﾞｰﾀﾍﾞｰｽ\u200bゼロ幅\ufeffBOM",
     "Ω≒≠√∞㎏㎡℃¼½",
+    "Hello WORLD ＨＥＬＬＯ ｗｏｒｌｄ ＬｉｎｕｘとUNIX",  # case: lower-casing flavours must keep offsets
+    "ΑΣ ΣΑΣ ℌ𝐀𝚺 Ⅻ ⅷ",                # Σ lower-cased per character (σ, never the final ς); NFKC makes capitals
 ]
 
 
+@functools.lru_cache(maxsize=None)
 def _hf(tokenizer_dir):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     assert type(tok).__name__ == "BertJapaneseTokenizer"
     return tok
+
+
+@pytest.fixture(params=list(FLAVOURS))
+def flavour(request, flavour_tokenizer_dirs):
+    """``(name, tokenizer directory, denki tokenizer)`` for each checkpoint flavour."""
+    d = flavour_tokenizer_dirs[request.param]
+    return request.param, d, JapaneseTokenizer.load(d)
+
+
+def _expected_text(tok: JapaneseTokenizer, orig: str) -> str:
+    """What the tokens spanning ``orig`` spell under the tokenizer's settings (whitespace dropped)."""
+    s = tok.settings
+    t = lower_chars(orig) if s.do_lower_case else orig
+    t = unicodedata.normalize("NFKC", t) if s.normalize_text else t
+    return "".join((t.lower() if s.do_lower_case else t).split())
 
 
 def _check_offsets(tok: JapaneseTokenizer, text: str):
@@ -71,14 +91,50 @@ def _check_offsets(tok: JapaneseTokenizer, text: str):
         if orig in ("[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]"):
             continue
         # whitespace never becomes a token (´ → " ́": the space is dropped, the accent kept)
-        assert "".join(unicodedata.normalize("NFKC", orig).split()) == piece, (orig, pieces)
+        assert _expected_text(tok, orig) == piece, (orig, pieces)
     return enc
 
 
 @pytest.mark.parametrize("text", EDGE_CASES)
-def test_edge_cases_offsets_and_parity(tiny_tokenizer, tiny_tokenizer_dir, text):
-    enc = _check_offsets(tiny_tokenizer, text)
-    assert enc.ids == _hf(tiny_tokenizer_dir)(text)["input_ids"]
+def test_edge_cases_offsets_and_parity(flavour, text):
+    _, d, tok = flavour
+    enc = _check_offsets(tok, text)
+    assert enc.ids == _hf(d)(text)["input_ids"]
+
+
+def test_flavours_differ(flavour_tokenizer_dirs):
+    """The flavours really tokenise differently (ipadic segments otherwise; lower-casing folds ASCII case), so
+    the parity tests above check four different encoders, and the settings survive save/load."""
+    toks = {n: JapaneseTokenizer.load(d) for n, d in flavour_tokenizer_dirs.items()}
+    assert toks["ipadic"].settings.mecab_dic == "ipadic" and toks["unidic-lite-lower"].settings.do_lower_case
+    text = "外国人参政権について話し合った"  # ipadic: について is one word; unidic: に つい て
+    from models.text.tokenizer import mecab_words
+
+    assert mecab_words(text, "ipadic") != mecab_words(text, "unidic_lite")
+    lower = toks["unidic-lite-lower"]
+    assert lower.tokenize("Linux UNIX") == lower.tokenize("linux unix")
+    assert toks["unidic-lite"].tokenize("Linux") != toks["unidic-lite"].tokenize("linux")
+    # default settings keep the fingerprint they always had (existing token caches stay valid); others change it
+    assert len({t.fingerprint() for t in toks.values()}) == len(toks)
+    assert json.loads((flavour_tokenizer_dirs["unidic-lite"] / "denki_tokenizer.json").read_text())[
+        "normalization"] == "NFKC"
+    assert json.loads((flavour_tokenizer_dirs["ipadic-lower"] / "denki_tokenizer.json").read_text())[
+        "settings"] == {"mecab_dic": "ipadic", "do_lower_case": True}
+
+
+def test_lower_case_offsets(flavour_tokenizer_dirs):
+    """Lower-casing keeps offsets in the original string, also where a character grows (İ → i + U+0307) and
+    where NFKC turns a full-width capital into ASCII first."""
+    tok = JapaneseTokenizer.load(flavour_tokenizer_dirs["unidic-lite-lower"])
+    text = "ＬＩＮＵＸとİz"
+    enc = tok.encode(text)
+    spans = [(text[a:b], t) for (a, b), t, s in zip(enc.offsets, enc.tokens, enc.sequence_ids) if s is not None]
+    # every token points into the original (full-width capitals), while spelling the lower-cased text
+    assert "".join(t.replace("##", "") for _, t in spans if t != "[UNK]").startswith("linuxと")
+    assert spans[0][0].startswith("Ｌ") and all(orig for orig, _ in spans)
+    norm, starts, ends = normalize_with_alignment("İz", lower=True)
+    assert norm == "i\u0307z" and starts == [0, 0, 1] and ends == [1, 1, 2]
+    assert enc.ids == _hf(flavour_tokenizer_dirs["unidic-lite-lower"])(text)["input_ids"]
 
 
 def test_specific_offsets(tiny_tokenizer):
@@ -135,15 +191,17 @@ def _assert_same_ids(tok, hf, texts: list[str]) -> None:
     assert len(texts) > 1500
 
 
-def test_parity_with_transformers_on_samples(tiny_tokenizer, tiny_tokenizer_dir):
-    _assert_same_ids(tiny_tokenizer, _hf(tiny_tokenizer_dir), _samples_texts())
+def test_parity_with_transformers_on_samples(flavour):
+    _, d, tok = flavour
+    _assert_same_ids(tok, _hf(d), _samples_texts())
 
 
-def test_offsets_on_samples(tiny_tokenizer):
+def test_offsets_on_samples(flavour):
     for t in _samples_texts(300):
-        _check_offsets(tiny_tokenizer, t)
+        _check_offsets(flavour[2], t)
 
 
+@functools.lru_cache(maxsize=None)
 def _corpus_sample(n_per_file: int = 400) -> list[str]:
     """Extended (needs ../shared): lines from the shared corpora (also the large docs corpus, whose text the
     tokenizer never saw) and labelled sets (real text with odd characters)."""
@@ -167,14 +225,15 @@ def _corpus_sample(n_per_file: int = 400) -> list[str]:
 
 
 @pytest.mark.extended
-def test_parity_with_transformers_on_shared_corpora(tiny_tokenizer, tiny_tokenizer_dir):
-    _assert_same_ids(tiny_tokenizer, _hf(tiny_tokenizer_dir), _corpus_sample())
+def test_parity_with_transformers_on_shared_corpora(flavour):
+    _, d, tok = flavour
+    _assert_same_ids(tok, _hf(d), list(_corpus_sample()))
 
 
 @pytest.mark.extended
-def test_offsets_on_shared_corpora(tiny_tokenizer):
+def test_offsets_on_shared_corpora(flavour):
     for t in _corpus_sample(150):
-        _check_offsets(tiny_tokenizer, t)
+        _check_offsets(flavour[2], t)
 
 
 def test_pair_encoding_and_windows(tiny_tokenizer):
@@ -279,6 +338,12 @@ def test_cli_train_and_tokenize(tmp_path):
     assert main(["tokenize", "--tokenizer", str(out), "--input", str(bad), "--output",
                  str(tmp_path / "bad.jsonl")]) == 2
     assert not (tmp_path / "bad.jsonl").exists()
+    # another dictionary and lower-casing from the command line: written where transformers reads them
+    assert main(["tokenizer", "train", "--corpus", str(SAMPLE_CORPUS), "--vocab-size", "2000", "--limit-alphabet",
+                 "1000", "--mecab-dic", "ipadic", "--lower-case", "--out", str(tmp_path / "ipa")]) == 0
+    cfg = json.loads((tmp_path / "ipa" / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert cfg["mecab_kwargs"] == {"mecab_dic": "ipadic"} and cfg["do_lower_case"] is True
+    assert JapaneseTokenizer.load(tmp_path / "ipa").settings.mecab_dic == "ipadic"
     # empty corpus → clear error
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n", encoding="utf-8")
@@ -293,3 +358,108 @@ def test_help_lists_subcommands(capsys):
     out = capsys.readouterr().out
     for cmd in ("tokenizer", "tokenize"):
         assert cmd in out
+
+
+# ---------------------------------------------------------------- checkpoints written by transformers itself
+
+
+def _hf_dir(tmp_path, vocab_dir, name, extra_vocab=(), **kw):
+    """A tokenizer directory written by ``BertJapaneseTokenizer.save_pretrained`` (what a hub checkpoint holds)."""
+    from transformers import BertJapaneseTokenizer
+
+    vocab = (vocab_dir / "vocab.txt").read_text(encoding="utf-8").splitlines() + list(extra_vocab)
+    (tmp_path / f"{name}.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    out = tmp_path / name
+    BertJapaneseTokenizer(vocab_file=str(tmp_path / f"{name}.txt"), word_tokenizer_type="mecab", **kw
+                          ).save_pretrained(str(out))
+    return out
+
+
+def test_transformers_written_directory(tmp_path, flavour_tokenizer_dirs):
+    """A directory written by transformers (added_tokens_decoder, its own key set) with never_split and an extra
+    special token: denki reads the settings and gives the same ids as the tokenizer transformers loads back."""
+    d = _hf_dir(tmp_path, flavour_tokenizer_dirs["ipadic-lower"], "hf", extra_vocab=["[URL]", "H"],
+                do_lower_case=True, never_split=["H"], mecab_kwargs={"mecab_dic": "ipadic"},
+                additional_special_tokens=["[URL]"])
+    tok = JapaneseTokenizer.load(d)
+    assert tok.settings.never_split == ("H",) and tok.settings.extra_tokens == ("[URL]",)
+    texts = ["詳しくは[URL]を参照", "ℌとＨとhとH", "外国人参政権 [SEP] について"] + _samples_texts(200)
+    for t in texts:
+        assert tok.encode(t, truncation=False).ids == _hf(d)(t, truncation=False)["input_ids"], t
+    # never_split: the MeCab surface "H" (NFKC of ℌ, after per-character lower-casing left ℌ alone) stays upper-case
+    assert "H" in tok.tokenize("ℌ") and tok.tokenize("[URL]") == ["[URL]"]
+
+
+def test_character_subwords(tmp_path, tiny_tokenizer_dir):
+    """subword_tokenizer_type="character" (e.g. bert-base-japanese-char-v3): one token per character of each
+    MeCab surface, including lone whitespace surfaces (\\r → [UNK]), as transformers does."""
+    from transformers import BertJapaneseTokenizer
+
+    chars = sorted({c for line in SAMPLE_CORPUS.read_text(encoding="utf-8").splitlines()[:300] for c in line
+                    if not c.isspace()})
+    (tmp_path / "v.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars) + "\n",
+                                    encoding="utf-8")
+    BertJapaneseTokenizer(vocab_file=str(tmp_path / "v.txt"), word_tokenizer_type="mecab",
+                          subword_tokenizer_type="character").save_pretrained(str(tmp_path / "char"))
+    tok = JapaneseTokenizer.load(tmp_path / "char")
+    hf = _hf(tmp_path / "char")
+    _assert_same_ids(tok, hf, EDGE_CASES + _samples_texts())
+    for t in EDGE_CASES[:14]:
+        _check_offsets(tok, t)
+
+
+def _write_config(d, **fields):
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "東京"]) + "\n",
+                                 encoding="utf-8")
+    cfg = {"tokenizer_class": "BertJapaneseTokenizer", "word_tokenizer_type": "mecab",
+           "subword_tokenizer_type": "wordpiece", "mecab_kwargs": {"mecab_dic": "unidic_lite"}}
+    cfg.update(fields)
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    return d
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"word_tokenizer_type": None}, r"word_tokenizer_type.*'basic'"),
+    ({"word_tokenizer_type": "sudachi"}, r"word_tokenizer_type.*only 'mecab'"),
+    ({"subword_tokenizer_type": "sentencepiece"}, r"subword_tokenizer_type.*not supported"),
+    ({"tokenizer_class": "BertTokenizer"}, r"tokenizer_class"),
+    ({"mecab_kwargs": {"mecab_dic": "jumandic"}}, r"mecab_kwargs\.mecab_dic"),
+    ({"mecab_kwargs": {"mecab_dic": None, "mecab_option": "-d /usr/lib/mecab/dic"}}, r"mecab_kwargs\.mecab_dic"),
+    ({"mecab_kwargs": {"mecab_dic": "ipadic", "mecab_option": "-u user.dic"}}, r"mecab_option"),
+    ({"mecab_kwargs": {"dic": "ipadic"}}, r"unknown keys \['dic'\]"),
+    ({"mecab_dic": "ipadic"}, r"top-level mecab_dic"),
+    ({"do_lower_case": "yes"}, r"do_lower_case"),
+    ({"do_subword_tokenize": False}, r"do_subword_tokenize"),
+    ({"mask_token": {"content": "[MASK]", "single_word": True}}, r"single_word"),
+    ({"do_lower_case": True, "mask_token": "<mask>"}, r"lower-case letters"),
+])
+def test_unsupported_settings_name_file_and_field(tmp_path, fields, message):
+    d = _write_config(tmp_path / "t", **fields)
+    with pytest.raises(InputError, match=message) as e:
+        JapaneseTokenizer.load(d)
+    assert "tokenizer_config.json" in str(e.value)
+
+
+def test_special_token_missing_from_vocab(tmp_path):
+    d = _write_config(tmp_path / "t", mask_token="[MSK]")
+    with pytest.raises(DenkiError, match=r"\[MSK\].*not in the vocabulary"):
+        JapaneseTokenizer.load(d)
+
+
+def test_other_special_token_ids(tmp_path):
+    """Special tokens need not sit at ids 0..4 (denki's own layout): ids come from the vocabulary."""
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "vocab.txt").write_text("\n".join(["東京", "[UNK]", "[SEP]", "都", "[PAD]", "[CLS]", "[MASK]", "##都"]) + "\n",
+                                 encoding="utf-8")
+    from transformers import BertJapaneseTokenizer
+
+    BertJapaneseTokenizer(vocab_file=str(d / "vocab.txt"), word_tokenizer_type="mecab",
+                          mecab_kwargs={"mecab_dic": "ipadic"}).save_pretrained(str(tmp_path / "hf"))
+    tok = JapaneseTokenizer.load(tmp_path / "hf")
+    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (4, 1, 5, 2, 6)
+    for t in ["東京都", "東京都に[MASK]", ""]:
+        assert tok.encode(t).ids == _hf(tmp_path / "hf")(t)["input_ids"]
+    assert (tok.pad([tok.encode("東京"), tok.encode("東京都東京")])["input_ids"][0, -1]) == 4

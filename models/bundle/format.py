@@ -25,8 +25,8 @@ from models.io.fileio import atomic_write_json, sha256_file
 MANIFEST = "manifest.json"
 TASK = "task.json"
 KINDS = ("pretrained", "classifier", "qa", "onnx-classifier", "onnx-qa")
-_VERSIONED = ("denki", "torch", "transformers", "tokenizers", "fugashi", "unidic-lite", "onnx", "onnxruntime-gpu",
-              "onnxruntime", "optimum", "optimum-onnx", "numpy")
+_VERSIONED = ("denki", "torch", "transformers", "tokenizers", "fugashi", "unidic-lite", "ipadic", "onnx",
+              "onnxruntime-gpu", "onnxruntime", "optimum", "optimum-onnx", "numpy")
 
 
 def package_versions() -> dict[str, str]:
@@ -81,7 +81,13 @@ def resolve_bundle(path: str | os.PathLike) -> Path:
         return p / "bundle"
     if not p.exists():
         raise DenkiError(f"{p}: not found")
-    raise DenkiError(f"{p}: not a denki bundle (no {MANIFEST} here or in {p / 'bundle'})")
+    raise DenkiError(f"{p}: not a denki bundle (no {MANIFEST} here or in {p / 'bundle'})" + _import_hint(p))
+
+
+def _import_hint(p: Path) -> str:
+    if (p / "config.json").is_file():
+        return f"; a transformers checkpoint? import it first: denki import --model {p} --out BUNDLE"
+    return ""
 
 
 def read_manifest(directory: str | os.PathLike) -> dict:
@@ -90,7 +96,7 @@ def read_manifest(directory: str | os.PathLike) -> dict:
         raise DenkiError(f"{d}: bundle directory not found")
     mpath = d / MANIFEST
     if not mpath.is_file():
-        raise DenkiError(f"{d}: not a denki bundle (no {MANIFEST})")
+        raise DenkiError(f"{d}: not a denki bundle (no {MANIFEST})" + _import_hint(d))
     try:
         return json.loads(mpath.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:

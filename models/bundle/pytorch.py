@@ -25,10 +25,13 @@ def copy_tokenizer(src_dir: str | os.PathLike, dest_dir: str | os.PathLike) -> N
 
 
 def save_bundle(model, tokenizer_dir: str | os.PathLike, out_dir: str | os.PathLike, kind: str, *,
-                source: dict | None = None, metrics: dict | None = None, extra_files: dict | None = None) -> dict:
+                source: dict | None = None, metrics: dict | None = None, extra_files: dict | None = None,
+                submodels: dict | None = None) -> dict:
     """Write ``model`` (a transformers PreTrainedModel) as a bundle: built in ``OUT.partial`` then renamed, so
     a crash never leaves a half-written bundle under the final name. ``extra_files`` maps names to JSON objects
-    (e.g. ``{"task.json": {...}}``). Returns the manifest."""
+    (e.g. ``{"task.json": {...}}``); ``submodels`` maps sub-directory names to further models saved there the
+    same way (an imported ELECTRA generator: ``{"generator": model}``), hashed in the manifest like every file.
+    Returns the manifest."""
     from models.io.fileio import atomic_write_json, replace_dir
 
     out = Path(out_dir)
@@ -37,6 +40,8 @@ def save_bundle(model, tokenizer_dir: str | os.PathLike, out_dir: str | os.PathL
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp, safe_serialization=True)
+    for name, sub in (submodels or {}).items():
+        sub.save_pretrained(tmp / name, safe_serialization=True)
     copy_tokenizer(tokenizer_dir, tmp)
     for name, obj in (extra_files or {}).items():
         atomic_write_json(tmp / name, obj)

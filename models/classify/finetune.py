@@ -3,8 +3,9 @@
 Pieces, in the order ``denki finetune classify`` uses them:
 
 * :mod:`models.classify.predict` — token ids, length-sorted batches with dynamic padding, batched logits;
-* :func:`train_one_seed` — ``ElectraForSequenceClassification``; AdamW with layer-wise LR decay (official
-  ELECTRA: 0.8), linear warmup + linear decay, optional class weights, bf16 autocast on CUDA, early stopping
+* :func:`train_one_seed` — ``ElectraForSequenceClassification`` (``BertForSequenceClassification`` for a BERT
+  bundle from ``denki import``: the class follows the bundle's ``config.json``); AdamW with layer-wise LR decay
+  (official ELECTRA: 0.8), linear warmup + linear decay, optional class weights, bf16 autocast on CUDA, early stopping
   on dev macro-F1 (the best epoch's weights are kept);
 * :func:`finetune` — several seeds, median-seed model kept, then the routing rule is fitted on dev
   (:mod:`models.classify.calibration`), saved in ``task.json`` of a ``classifier`` bundle, and the report is
@@ -73,9 +74,10 @@ def default_lr(hidden_size: int) -> float:
 # ----------------------------------------------------------------------------------------------- models
 def make_model_factory(*, labels: list[str], bundle: str | None = None, random_size: str | None = None,
                        vocab_size: int | None = None):
-    """A function ``seed → fresh ElectraForSequenceClassification`` from a bundle (``pretrained`` or
-    ``classifier``; the head is re-initialised when the label count differs) or from random init."""
-    from transformers import ElectraForSequenceClassification
+    """A function ``seed → fresh …ForSequenceClassification`` from a bundle (``pretrained`` or ``classifier``;
+    ELECTRA or BERT as its ``config.json`` says; the head is re-initialised when the label count differs) or an
+    ``ElectraForSequenceClassification`` from random init."""
+    from transformers import AutoModelForSequenceClassification, ElectraForSequenceClassification
     from transformers.utils import logging as hf_logging
 
     from models.bundle.pytorch import load_model
@@ -94,7 +96,7 @@ def make_model_factory(*, labels: list[str], bundle: str | None = None, random_s
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()  # "some weights newly initialised" is expected for the head
         try:
-            return load_model(bundle, ElectraForSequenceClassification, kinds=("pretrained", "classifier"),
+            return load_model(bundle, AutoModelForSequenceClassification, kinds=("pretrained", "classifier"),
                               num_labels=len(labels), id2label=id2label, label2id=label2id,
                               ignore_mismatched_sizes=True)
         finally:

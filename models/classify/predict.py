@@ -91,7 +91,7 @@ def predict_logits(model, ids: list[np.ndarray], *, pad_id: int = 0, batch_size:
 # ----------------------------------------------------------------------------------------------- evaluation
 def torch_logits_fn(bundle_dir: Path, *, device: str = "auto", batch_size: int = 128, progress: bool = True):
     """``texts → logits (n, K)`` with the bundle's PyTorch model (tokenised with the bundle's tokenizer)."""
-    from transformers import ElectraForSequenceClassification
+    from transformers import AutoModelForSequenceClassification  # ELECTRA or BERT, as config.json says
 
     from models.bundle.format import read_task
     from models.bundle.pytorch import load_model
@@ -100,7 +100,7 @@ def torch_logits_fn(bundle_dir: Path, *, device: str = "auto", batch_size: int =
 
     task = read_task(bundle_dir)
     dev = pick_device(device)
-    net = load_model(bundle_dir, ElectraForSequenceClassification, kinds=("classifier",)).to(dev)
+    net = load_model(bundle_dir, AutoModelForSequenceClassification, kinds=("classifier",)).to(dev)
     tok = JapaneseTokenizer.load(bundle_dir)
 
     def fn(texts: list[str]) -> np.ndarray:

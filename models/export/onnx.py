@@ -4,7 +4,8 @@ Steps (all written into ``OUT.partial``, renamed to ``OUT`` only when every gate
 
 1. ``optimum.exporters.onnx.main_export`` (tasks ``text-classification`` / ``question-answering``) → ``model.onnx``
    (fp32; loads in ``optimum.onnxruntime.ORTModelFor…`` as well);
-2. ``--optimize O2``: ORT transformer fusions (optimum maps electra to the bert fusions) → ``model.o2.onnx``;
+2. ``--optimize O2``: ORT transformer fusions (optimum maps electra to the bert fusions; BERT bundles from
+   ``denki import`` use them directly) → ``model.o2.onnx``;
 3. ``--quantize int8``: dynamic int8 quantisation for CPU (of the O2 graph when present; that needs
    ``DefaultTensorType=FLOAT``, which optimum's quantizer cannot pass, so onnxruntime's ``quantize_dynamic`` is
    called directly) → ``model.int8.onnx``;
@@ -104,12 +105,12 @@ def _load_parity(src: Path, kind: str, parity_data: str | None, task: dict, limi
 
 
 def _torch_model(src: Path, kind: str):
-    import torch
-    from transformers import ElectraForQuestionAnswering, ElectraForSequenceClassification
+    # Auto classes: the bundle's config.json decides the architecture (ELECTRA, or BERT from `denki import`)
+    from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 
     from models.bundle.pytorch import load_model
 
-    cls = ElectraForSequenceClassification if kind == "classifier" else ElectraForQuestionAnswering
+    cls = AutoModelForSequenceClassification if kind == "classifier" else AutoModelForQuestionAnswering
     return load_model(src, cls).eval()
 
 

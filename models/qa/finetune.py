@@ -112,12 +112,11 @@ def golds_of(examples: list[QAExample]) -> dict[str, list[str]]:
 def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int, epochs: float, lr: float,
               batch_size: int, warmup_ratio: float = 0.1, weight_decay: float = 0.01, layer_decay: float = 1.0,
               device=None, progress: bool = False, max_steps: int | None = None, answerable_head: bool = False):
-    """Fine-tune a fresh ``ElectraForQuestionAnswering`` (or, with ``answerable_head``, the subclass in
-    :mod:`models.qa.heads`) from ``bundle`` on ``features``; returns ``(model, info)``. Loss = mean of start
-    and end cross-entropy (transformers' head) [+ answerable BCE]."""
+    """Fine-tune a fresh ``ElectraForQuestionAnswering`` (``BertForQuestionAnswering`` for a BERT bundle; with
+    ``answerable_head``, the subclasses in :mod:`models.qa.heads`) from ``bundle`` on ``features``; returns
+    ``(model, info)``. Loss = mean of start and end cross-entropy (transformers' head) [+ answerable BCE]."""
     import torch
     from tqdm.auto import tqdm
-    from transformers import ElectraForQuestionAnswering
     from transformers.utils import logging as hf_logging
 
     from models.bundle.pytorch import load_model
@@ -127,10 +126,9 @@ def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int,
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "qa_outputs newly initialised" is expected, not news
     try:
-        cls = ElectraForQuestionAnswering
-        if answerable_head:
-            from models.qa.heads import ElectraForQuestionAnsweringWithAnswerable as cls
-        model = load_model(bundle, cls, kinds=("pretrained",))
+        from models.qa.heads import qa_model_class
+
+        model = load_model(bundle, qa_model_class(bundle, answerable_head), kinds=("pretrained",))
     finally:
         hf_logging.set_verbosity(verbosity)
     dev = device or torch.device("cpu")
@@ -438,7 +436,6 @@ def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predic
                 threads: int | None = None, progress: bool = True) -> dict:
     """Score a ``qa`` bundle on a labelled file with the bundle's own threshold and windowing."""
     import torch
-    from transformers import ElectraForQuestionAnswering
 
     from models.bundle.format import read_task, resolve_bundle, verify_bundle
     from models.bundle.pytorch import load_model
@@ -452,10 +449,9 @@ def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predic
     task = read_task(model)
     if task.get("task") != "qa":
         raise DenkiError(f"{model}: task.json is missing or not a QA task")
-    cls = ElectraForQuestionAnswering
-    if task.get("answerable_head"):
-        from models.qa.heads import ElectraForQuestionAnsweringWithAnswerable as cls
-    m = load_model(model, cls, kinds=("qa",))
+    from models.qa.heads import qa_model_class
+
+    m = load_model(model, qa_model_class(model, task.get("answerable_head", False)), kinds=("qa",))
     m.to(pick_device(device))
     tok = JapaneseTokenizer.load(model)
     qd = read_qa(data, strict=strict)

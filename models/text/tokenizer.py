@@ -3,12 +3,16 @@
 Design (see README "Tokenizer"):
 
 * **Parity.** Token ids are identical to ``transformers.BertJapaneseTokenizer`` (word_tokenizer_type="mecab",
-  mecab_dic="unidic_lite", subword_tokenizer_type="wordpiece", do_lower_case=False) loaded from the same
-  directory. Like transformers, literal special-token strings in the text (``[CLS]``, ``[SEP]``, ``[MASK]``, …) are
+  subword_tokenizer_type="wordpiece") loaded from the same directory. denki's own tokenizers use
+  mecab_dic="unidic_lite" and do_lower_case=False; a checkpoint's own settings (ipadic or unidic, lower-casing,
+  no NFKC, other special-token strings, ``never_split``, character subwords) are read from its
+  ``tokenizer_config.json`` (:mod:`models.text.settings`) and reproduced with the same ids and offsets. Like
+  transformers, literal special-token strings in the text (``[CLS]``, ``[SEP]``, ``[MASK]``, …) are
   split out *before* normalisation and become those special tokens (JSQuAD contexts use ``"title [SEP] text"`` on
   purpose); everything between them is NFKC-normalised and segmented separately.
 * **Normalisation.** NFKC, no lower-casing, no accent stripping (dakuten survive: が ≠ か). Full-width letters
-  become ASCII, half-width kana become full-width, ``①`` → ``1``, ``㍿`` → ``株式会社``.
+  become ASCII, half-width kana become full-width, ``①`` → ``1``, ``㍿`` → ``株式会社``. (A checkpoint with
+  ``do_lower_case`` lower-cases per character before NFKC and every MeCab surface after it, as transformers does.)
 * **Offsets.** ``offsets[i] = (start, end)`` index the ORIGINAL string (Python ``str`` indices, i.e. code
   points). Special tokens added by the encoder ([CLS], [SEP], [PAD]) get ``(0, 0)`` as in transformers. When one
   original character expands into several tokens (``㍿`` → ``株式`` ``##会社``) all of them point at that character.
@@ -27,32 +31,61 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import unicodedata
+
 import numpy as np
 
 from models.io.errors import DenkiError
 from models.io.fileio import atomic_write_json, atomic_write_text
-from models.text.normalize import nfkc_with_alignment
+from models.text.normalize import lower_chars, nfkc_with_alignment, normalize_with_alignment
+from models.text.settings import TokenizerSettings, read_settings
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
-SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]  # ids 0..4 in every denki vocabulary
+SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]  # ids 0..4 in every vocabulary denki trains
 MAX_INPUT_CHARS_PER_WORD = 100  # as transformers' WordpieceTokenizer: longer words become [UNK]
 DENKI_CONFIG = "denki_tokenizer.json"
 FORMAT_VERSION = 1
-_SPECIAL_RE = re.compile("(" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + ")")
 
 
-def _make_tagger():
+def _special_re(tokens) -> re.Pattern:
+    # longest first: transformers' added-token trie matches the longest literal at the leftmost position
+    return re.compile("(" + "|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True)) + ")")
+
+
+_SPECIAL_RE = _special_re(SPECIAL_TOKENS)
+
+
+def dictionary_dir(dic: str) -> str:
+    """The packaged MeCab dictionary's directory, found as transformers' ``MecabTokenizer`` finds it."""
+    try:
+        if dic == "unidic_lite":
+            import unidic_lite as mod
+        elif dic == "ipadic":
+            import ipadic as mod
+        elif dic == "unidic":
+            import unidic as mod
+        else:
+            raise DenkiError(f"unknown MeCab dictionary {dic!r}")
+    except ModuleNotFoundError:
+        raise DenkiError(f"the MeCab dictionary {dic!r} is not installed: pip install {dic.replace('_', '-')}"
+                         + (" && python -m unidic download" if dic == "unidic" else "")) from None
+    if not os.path.isdir(mod.DICDIR):
+        raise DenkiError(f"the MeCab dictionary {dic!r} has no files at {mod.DICDIR}"
+                         + (" (run `python -m unidic download`)" if dic == "unidic" else ""))
+    return mod.DICDIR
+
+
+def _make_tagger(dic: str = "unidic_lite"):
     import fugashi
-    import unidic_lite
 
-    dic_dir = unidic_lite.DICDIR
+    dic_dir = dictionary_dir(dic)
     mecabrc = os.path.join(dic_dir, "mecabrc")
-    # Same dictionary and rc file as transformers' MecabTokenizer(mecab_dic="unidic_lite"); wakati output is
-    # the same segmentation as its node list, in one C call.
+    # Same dictionary and rc file as transformers' MecabTokenizer(mecab_dic=dic); wakati output is the same
+    # segmentation as its node list, in one C call.
     return fugashi.GenericTagger(f'-d "{dic_dir}" -r "{mecabrc}" -Owakati')
 
 
-_TAGGER = None
+_TAGGERS: dict[str, object] = {}
 # MeCab segfaults on very long inputs (seen at ~1M characters). Longer texts are fed in chunks cut after a
 # sentence end, newline or space; below this length segmentation (and so parity) is untouched.
 MECAB_MAX_CHARS = 50_000
@@ -70,21 +103,34 @@ def _chunks(text: str, limit: int):
     yield text[start:]
 
 
-def mecab_words(norm_text: str) -> list[str]:
-    """Segment (already normalised) text into MeCab surface words, whitespace dropped.
+def mecab_words(norm_text: str, dic: str = "unidic_lite") -> list[str]:
+    """Segment (already normalised) text into MeCab surface words of dictionary ``dic``, whitespace dropped.
 
     Splitting the wakati output on whitespace equals transformers' ``whitespace_tokenize`` of every surface.
     Texts over ``MECAB_MAX_CHARS`` characters are segmented chunk by chunk (see above).
     """
-    global _TAGGER
-    if _TAGGER is None:
-        _TAGGER = _make_tagger()
+    tagger = _TAGGERS.get(dic)
+    if tagger is None:
+        tagger = _TAGGERS[dic] = _make_tagger(dic)
     if len(norm_text) <= MECAB_MAX_CHARS:
-        return _TAGGER.parse(norm_text).split()
+        return tagger.parse(norm_text).split()
     words: list[str] = []
     for chunk in _chunks(norm_text, MECAB_MAX_CHARS):
-        words += _TAGGER.parse(chunk).split()
+        words += tagger.parse(chunk).split()
     return words
+
+
+def mecab_surfaces(norm_text: str, dic: str = "unidic_lite") -> list[str]:
+    """MeCab's surfaces as its node list gives them — a surface can be a lone whitespace character MeCab does
+    not skip (``\r``). WordPiece drops those (``whitespace_tokenize``) and uses :func:`mecab_words`; the
+    character tokenizer turns them into tokens ([UNK]), so it needs the nodes themselves."""
+    tagger = _TAGGERS.get(dic)
+    if tagger is None:
+        tagger = _TAGGERS[dic] = _make_tagger(dic)
+    out: list[str] = []
+    for chunk in _chunks(norm_text, MECAB_MAX_CHARS) if len(norm_text) > MECAB_MAX_CHARS else (norm_text,):
+        out += [node.surface for node in tagger(chunk)]  # parseToNode: the output format does not apply
+    return out
 
 
 class _WordPieceCache(dict):
@@ -144,20 +190,43 @@ class _Pieces:
 
 
 class JapaneseTokenizer:
-    """Encoder for a denki tokenizer directory (``vocab.txt`` + ``denki_tokenizer.json``)."""
+    """Encoder for a tokenizer directory: ``vocab.txt`` + ``tokenizer_config.json`` (the settings, as transformers
+    reads them) + ``denki_tokenizer.json`` (denki's metadata; optional, so a transformers checkpoint loads too).
 
-    def __init__(self, vocab: Sequence[str], config: dict | None = None, cache_size: int = 262144):
+    ``settings``: what changes ids (:class:`models.text.settings.TokenizerSettings`; default: denki's own
+    unidic-lite, NFKC, cased WordPiece)."""
+
+    def __init__(self, vocab: Sequence[str], config: dict | None = None, cache_size: int = 262144, *,
+                 settings: TokenizerSettings | None = None):
         self.id_to_token = list(vocab)
         self.vocab = {t: i for i, t in enumerate(self.id_to_token)}
         if len(self.vocab) != len(self.id_to_token):
-            raise DenkiError("vocabulary has duplicate tokens")
-        for i, t in enumerate(SPECIAL_TOKENS):
-            if self.vocab.get(t) != i:
-                raise DenkiError(f"vocabulary must start with {SPECIAL_TOKENS} (found {t!r} at {self.vocab.get(t)})")
+            dup = next(t for i, t in enumerate(self.id_to_token) if self.vocab[t] != i)
+            raise DenkiError(f"vocabulary has duplicate tokens (e.g. {dup!r})")
+        self.settings = s = settings or TokenizerSettings()
+        missing = [t for t in s.special_tokens() if t not in self.vocab]
+        if missing:
+            raise DenkiError(f"special tokens {missing} are not in the vocabulary")
         self.config = dict(config or {})
-        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = range(5)
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            self.vocab[t] for t in (s.pad_token, s.unk_token, s.cls_token, s.sep_token, s.mask_token))
+        self.special_ids = tuple(sorted({self.vocab[t] for t in s.special_tokens()}))
         self.model_max_length = int(self.config.get("model_max_length", 512))
-        self._cache = _WordPieceCache(self._wordpiece, cache_size)
+        self._cache = _WordPieceCache(self._subwords, cache_size)
+        self._dic = s.mecab_dic
+        self._lower = s.do_lower_case
+        self._never_split = frozenset(s.never_split)
+        self._char_subwords = s.subword_tokenizer_type == "character"
+        self._special_re = _SPECIAL_RE if set(s.special_tokens()) == set(SPECIAL_TOKENS) else \
+            _special_re(s.special_tokens())
+        # fast skip of the literal search: every denki special token starts with "["
+        firsts = {t[0] for t in s.special_tokens()}
+        self._special_first = next(iter(firsts)) if len(firsts) == 1 else None
+        if s.normalize_text and not s.do_lower_case:
+            self._normalize = nfkc_with_alignment
+        else:
+            nfkc, lower = s.normalize_text, s.do_lower_case
+            self._normalize = lambda t: normalize_with_alignment(t, nfkc=nfkc, lower=lower)
 
     # ------------------------------------------------------------------ basics
     @property
@@ -165,17 +234,40 @@ class JapaneseTokenizer:
         return len(self.id_to_token)
 
     def fingerprint(self) -> str:
-        """sha256 over the vocabulary and the settings that change ids (cache key for tokenized corpora)."""
+        """sha256 over the vocabulary and the settings that change ids (cache key for tokenized corpora).
+        Settings at denki's defaults are left out of the hash, so existing caches and bundles keep theirs."""
         h = hashlib.sha256()
         h.update("\n".join(self.id_to_token).encode())
         h.update(json.dumps({"format": FORMAT_VERSION, "normalization": "NFKC", "segmenter": "mecab-unidic-lite",
                              "max_input_chars_per_word": MAX_INPUT_CHARS_PER_WORD}, sort_keys=True).encode())
+        if not self.settings.is_default():
+            h.update(json.dumps(self.settings.differences(), sort_keys=True).encode())
         return h.hexdigest()
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
         return [self.id_to_token[i] for i in ids]
 
     # --------------------------------------------------------------- wordpiece
+    def _subwords(self, word: str) -> list[tuple[int, int, int]]:
+        """Subwords of one MeCab word (a whitespace-free piece of a surface) → ``[(id, start, end), …]`` with
+        offsets in ``word``'s characters: lower-cased first when the checkpoint does so (transformers'
+        ``MecabTokenizer``: ``surface.lower()`` unless it is in ``never_split``), then WordPiece or characters.
+        Where lower-casing changed the length (``İ`` → ``i̇``) every piece points at the whole word."""
+        w = word.lower() if self._lower and word not in self._never_split else word
+        pieces = self._characters(w) if self._char_subwords else self._wordpiece(w)
+        if len(w) != len(word):
+            pieces = [(t, 0, len(word)) for t, _, _ in pieces]
+        return pieces
+
+    def _characters(self, word: str) -> list[tuple[int, int, int]]:
+        """transformers' ``CharacterTokenizer``: NFKC of the word (always, whatever ``normalize_text`` says),
+        then one token per character, [UNK] where the character is not in the vocabulary."""
+        w = unicodedata.normalize("NFKC", word)
+        vocab, unk = self.vocab, self.unk_id
+        if len(w) != len(word):
+            return [(vocab.get(c, unk), 0, len(word)) for c in w]
+        return [(vocab.get(c, unk), i, i + 1) for i, c in enumerate(w)]
+
     def _wordpiece(self, word: str) -> list[tuple[int, int, int]]:
         """Greedy longest-match-first WordPiece of one word → ``[(id, start, end), …]`` in word characters.
 
@@ -211,7 +303,8 @@ class JapaneseTokenizer:
         wid = 0
         pos = 0
         # Literal special tokens are split out first, as transformers' added-token trie does.
-        for m in _SPECIAL_RE.finditer(text) if "[" in text else ():
+        first = self._special_first
+        for m in self._special_re.finditer(text) if (first is None or first in text) else ():
             wid = self._tokenize_segment(text, pos, m.start(), ids, offsets, word_ids, wid)
             ids.append(self.vocab[m.group(0)])
             offsets.append(m.span())
@@ -230,12 +323,13 @@ class JapaneseTokenizer:
         if seg_start >= seg_end:
             return wid
         seg = text[seg_start:seg_end] if (seg_start or seg_end != len(text)) else text
-        norm, align_starts, align_ends = nfkc_with_alignment(seg)
-        cache, find = self._cache, norm.find
+        norm, align_starts, align_ends = self._normalize(seg)
+        cache, find, dic = self._cache, norm.find, self._dic
+        segment = mecab_surfaces if self._char_subwords else mecab_words
         ids_add, off_add, wid_add = ids.append, offsets.append, word_ids.append
         cursor = 0
         if align_starts is None and not seg_start:  # the common case, kept lean
-            for word in mecab_words(norm):
+            for word in segment(norm, dic):
                 p = find(word, cursor)
                 if p < 0:
                     raise DenkiError(f"internal: MeCab word {word!r} not found in the normalised text")
@@ -252,7 +346,7 @@ class JapaneseTokenizer:
                         off_add((p + a, p + b))
                 wid += 1
             return wid
-        for word in mecab_words(norm):
+        for word in segment(norm, dic):
             p = find(word, cursor)
             if p < 0:  # MeCab returned something that is not in its input: refuse rather than guess
                 raise DenkiError(f"internal: MeCab word {word!r} not found in the normalised text")
@@ -403,44 +497,64 @@ class JapaneseTokenizer:
             config = json.loads((d / DENKI_CONFIG).read_text(encoding="utf-8"))
             if config.get("format", FORMAT_VERSION) > FORMAT_VERSION:
                 raise DenkiError(f"{d}: tokenizer format {config['format']} is newer than this denki supports")
-        return cls(vocab, config)
+        # the settings come from tokenizer_config.json, the file transformers reads, so both encode alike
+        settings, max_length = read_settings(d)
+        if max_length is not None:
+            config.setdefault("model_max_length", max_length)
+        try:
+            return cls(vocab, config, settings=settings)
+        except DenkiError as e:
+            raise DenkiError(f"{d}: {e}") from None
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write ``vocab.txt``, ``tokenizer_config.json`` (plain transformers loads it as BertJapaneseTokenizer),
         ``special_tokens_map.json`` and ``denki_tokenizer.json``; each file written atomically."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
+        s = self.settings
         atomic_write_text(d / "vocab.txt", "\n".join(self.id_to_token) + "\n")
-        atomic_write_json(d / "tokenizer_config.json", {
-            "tokenizer_class": "BertJapaneseTokenizer",
-            "do_lower_case": False,
-            "word_tokenizer_type": "mecab",
-            "subword_tokenizer_type": "wordpiece",
-            "mecab_kwargs": {"mecab_dic": "unidic_lite"},
-            "model_max_length": self.model_max_length,
-            "unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK,
-        })
-        atomic_write_json(d / "special_tokens_map.json", {
-            "unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK})
-        cfg = {"format": FORMAT_VERSION, "normalization": "NFKC", "word_segmenter": "mecab (fugashi) + unidic-lite",
-               "subword": "wordpiece", "max_input_chars_per_word": MAX_INPUT_CHARS_PER_WORD,
+        atomic_write_json(d / "tokenizer_config.json", s.tokenizer_config(self.model_max_length))
+        atomic_write_json(d / "special_tokens_map.json", s.special_tokens_map())
+        cfg = {"format": FORMAT_VERSION, "normalization": s.normalization(),
+               "word_segmenter": "mecab (fugashi) + " + s.mecab_dic.replace("_", "-"),
+               "subword": s.subword_tokenizer_type, "max_input_chars_per_word": MAX_INPUT_CHARS_PER_WORD,
                "model_max_length": self.model_max_length, "vocab_size": self.vocab_size,
                "fingerprint": self.fingerprint()}
+        if not s.is_default():
+            cfg["settings"] = s.differences()
         cfg.update({k: v for k, v in self.config.items() if k not in cfg})
         atomic_write_json(d / DENKI_CONFIG, cfg)
 
 
+def training_words(text: str, settings: TokenizerSettings | None = None) -> list[str]:
+    """The words WordPiece sees for ``text`` under ``settings`` (special-token literals removed): the same
+    normalisation, dictionary and lower-casing as encoding, without the offsets."""
+    s = settings or TokenizerSettings()
+    pattern = _SPECIAL_RE if set(s.special_tokens()) == set(SPECIAL_TOKENS) else _special_re(s.special_tokens())
+    text = pattern.sub(" ", text)
+    if s.do_lower_case:
+        text = lower_chars(text)
+    if s.normalize_text:
+        text = unicodedata.normalize("NFKC", text)
+    words = mecab_words(text, s.mecab_dic)
+    if s.do_lower_case:
+        never = set(s.never_split)
+        words = [w if w in never else w.lower() for w in words]
+    return words
+
+
 def train_tokenizer(corpus_files: Sequence[str | os.PathLike], vocab_size: int = 8000, *,
                     limit_alphabet: int = 2500, min_frequency: int = 2, model_max_length: int = 512,
-                    progress: bool = True) -> JapaneseTokenizer:
+                    settings: TokenizerSettings | None = None, progress: bool = True) -> JapaneseTokenizer:
     """Train a WordPiece vocabulary on MeCab words of the NFKC-normalised corpus (one paragraph per line).
 
     Deterministic: the same corpus and settings always give the same vocabulary (denki's own trainer,
     :mod:`models.text.wordpiece_trainer`; HF ``tokenizers``' trainer breaks ties in hash order and differs run to run,
     with the same quality otherwise). ``limit_alphabet`` keeps the rarest characters out of the vocabulary (they
     become [UNK]); without it a small Japanese vocabulary is spent almost entirely on single characters.
+    ``settings``: another dictionary (ipadic, unidic) or lower-casing (default: unidic-lite, cased); the special
+    tokens stay denki's five at ids 0..4.
     """
-    import unicodedata
     from collections import Counter
 
     from tqdm.auto import tqdm
@@ -450,6 +564,9 @@ def train_tokenizer(corpus_files: Sequence[str | os.PathLike], vocab_size: int =
 
     if vocab_size <= len(SPECIAL_TOKENS):
         raise DenkiError(f"--vocab-size must be larger than {len(SPECIAL_TOKENS)}")
+    settings = settings or TokenizerSettings()
+    if settings.subword_tokenizer_type != "wordpiece" or settings.special_tokens() != [UNK, SEP, PAD, CLS, MASK]:
+        raise DenkiError("denki trains WordPiece vocabularies with its own five special tokens only")
     for f in corpus_files:  # validate every file up front (encoding errors name file:line) before the slow part
         for _ in iter_lines(f):
             pass
@@ -460,7 +577,7 @@ def train_tokenizer(corpus_files: Sequence[str | os.PathLike], vocab_size: int =
                      disable=not progress):
         n_lines += 1
         # Special-token literals are removed so they never enter the vocabulary as ordinary words.
-        counts.update(mecab_words(unicodedata.normalize("NFKC", _SPECIAL_RE.sub(" ", text))))
+        counts.update(training_words(text, settings))
     tokens = train_wordpiece(counts, vocab_size, special_tokens=SPECIAL_TOKENS, limit_alphabet=limit_alphabet,
                              min_frequency=min_frequency, continuing_subword_prefix="##",
                              max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD, progress=progress)
@@ -468,7 +585,7 @@ def train_tokenizer(corpus_files: Sequence[str | os.PathLike], vocab_size: int =
               "train": {"trainer": "denki-wordpiece-v1", "vocab_size_requested": vocab_size,
                         "limit_alphabet": limit_alphabet, "min_frequency": min_frequency, "lines": n_lines,
                         "distinct_words": len(counts)}}
-    return JapaneseTokenizer(tokens, config)
+    return JapaneseTokenizer(tokens, config, settings=settings)
 
 
 def load_tokenizer(directory: str | os.PathLike) -> JapaneseTokenizer:
