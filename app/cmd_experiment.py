@@ -47,6 +47,7 @@ def register(sub) -> None:
     e.add_argument("--seq-len", type=int, default=128, help="pretraining sequence length")
     e.add_argument("--pretrain-lr", type=float, default=None, help="pretraining peak LR (default per size)")
     e.add_argument("--pretrain-seed", type=int, default=0)
+    e.add_argument("--disc-weight", type=float, default=50.0, help="ELECTRA: λ in mlm + λ·disc")
     e.add_argument("--embeddings", choices=("shared", "separate"), default="shared",
                    help="ELECTRA generator/discriminator embeddings (see `denki pretrain --help`)")
     e.add_argument("--pretrain-dropout", type=float, default=None, metavar="P",
@@ -90,7 +91,8 @@ def cmd_electra_vs_mlm(args) -> int:
         corpus=list(args.corpus), tokenizer=args.tokenizer, out=args.out,
         tasks=[parse_task(n, data_dir) for n in names], budgets=parse_budgets(args.flops_budgets), size=args.size,
         seeds=args.seeds, batch_size=args.batch_size, seq_len=args.seq_len, pretrain_lr=args.pretrain_lr,
-        pretrain_seed=args.pretrain_seed, objectives=_objectives(args.objectives), embeddings=args.embeddings, pretrain_dropout=args.pretrain_dropout,
+        pretrain_seed=args.pretrain_seed, objectives=_objectives(args.objectives), disc_weight=args.disc_weight,
+        embeddings=args.embeddings, pretrain_dropout=args.pretrain_dropout,
         random_init=not args.no_random_init, electra15=args.electra15, epochs=args.epochs, lr=args.lr,
         max_length=args.max_length, qa_max_length=args.qa_max_length, qa_doc_stride=args.qa_doc_stride,
         max_train=args.max_train or None, max_dev=args.max_dev or None, keep_finetuned=args.keep_finetuned,

@@ -156,7 +156,7 @@ def test_objectives_subset_and_pretraining_variant(experiment, tmp_path, capsys)
     assert set(rep["results"]["route"]["cells"]) == {"electra-2e10"}
     ident = json.loads((tmp_path / "variant" / "pretrain" / "electra-2e10" / "run.json").read_text())["identity"]
     assert ident["embeddings"] == "separate" and ident["dropout"] == 0.0
-    assert "ELECTRA embeddings separate, dropout 0.0" in (tmp_path / "variant" / "report.md").read_text()
+    assert "ELECTRA λ 50.0, embeddings separate, dropout 0.0" in (tmp_path / "variant" / "report.md").read_text()
     capsys.readouterr()
     assert main(a[:-7] + ["--objectives", "electra,bert"]) == 2
     assert "--objectives" in capsys.readouterr().err

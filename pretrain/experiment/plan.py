@@ -108,6 +108,7 @@ class ExperimentConfig:
     random_init: bool = True
     objectives: tuple[str, ...] = ("electra", "mlm")
     electra15: bool = False          # also pretrain the "ELECTRA 15%" ablation at every budget
+    disc_weight: float = 50.0        # ELECTRA: λ of mlm + λ·disc
     embeddings: str = "shared"       # ELECTRA: generator/discriminator embeddings shared or separate
     pretrain_dropout: float | None = None  # None: the preset's 0.1 (applies to every objective)
     # fine-tuning
