@@ -483,6 +483,28 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
             checkpoint(w.last_line)
             last_ckpt = time.monotonic()
 
+    # wall seconds spent inside each stage (blocked puts/gets excluded): which stage bounds the run
+    busy = {"read": 0.0, "tokenise": 0.0, "model": 0.0, "write": 0.0}
+
+    def timed(fn, key):
+        def run(w):
+            t = time.perf_counter()
+            try:
+                return fn(w)
+            finally:
+                busy[key] += time.perf_counter() - t
+        return run
+
+    def timed_source(it):
+        it = iter(it)
+        while True:
+            t = time.perf_counter()
+            w = next(it, None)
+            busy["read"] += time.perf_counter() - t
+            if w is None:
+                return
+            yield w
+
     end_line = last_line
     try:
         if state is None:
@@ -493,8 +515,8 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
             end_line = w.last_line
 
         # at most two windows wait between stages: memory stays flat whatever the file's size
-        run_pipeline(read_windows(), [tokenise, infer], sink, threaded=workers > 1, maxsize=2,
-                     name="denki-classify")
+        run_pipeline(timed_source(read_windows()), [timed(tokenise, "tokenise"), timed(infer, "model")],
+                     timed(sink, "write"), threaded=workers > 1, maxsize=2, name="denki-classify")
         checkpoint(end_line)
     finally:
         if pool is not None:
@@ -513,7 +535,7 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
             "rows_per_s": n_new / seconds if seconds > 0 else 0.0, "output": str(out), "errors": str(err),
             "backend": predictor.describe(), "resumed_from_line": last_line, "workers": workers,
             "ort_threads": n_threads, "model_calls": n_calls if workers > 1 else 1,
-            "window": window}
+            "window": window, "stage_seconds": busy}
 
 
 def _simulated_crash() -> None:
