@@ -4,10 +4,16 @@ Accounting: every input record ends up either in the output (input fields + ``la
 the errors file (``{"line", "reason", "raw"}``: bad encoding, malformed JSON/CSV, missing field, empty or
 over-long text) — ``output rows + error rows = input records``, checked at the end.
 
-Resumability: output and errors are written to ``*.partial`` files; after each batch both are flushed and a state
-file (``OUTPUT.partial.state.json``) records the last input line consumed and the byte sizes of both files. A
-killed run re-run with ``--resume`` truncates the partial files to the recorded sizes (dropping anything written
-after the last checkpoint) and continues after the recorded line: no duplicates, no gaps. When the input is done
+Engine (:func:`classify_file`): read → tokenise → model → write stages over bounded windows of rows, overlapping
+in threads (:mod:`serve.pipeline`); texts are sorted by token length inside a window and written back in input
+order, so the output order is the input order.
+
+Resumability: output and errors are written to ``*.partial`` files; after a window, at most every
+``checkpoint_seconds``, both are flushed and fsynced and a state file (``OUTPUT.partial.state.json``) records
+the last input line of the window and the byte sizes of both files (also at the start and at the end). A killed
+run re-run with ``--resume`` truncates the partial files to the recorded sizes (dropping anything written after
+the last checkpoint) and continues after the recorded line: no duplicates, no gaps, and — window boundaries
+depending only on the input and the options — the same bytes as an uninterrupted run. When the input is done
 the partial files are renamed (gzip-compressed first for ``.gz`` names) into place.
 
 Torch-free (serve/).
@@ -323,7 +329,11 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
     ``checkpoint_seconds`` have passed since the last one (0: after every window), at the start and at the end;
     the state only ever names a fully written window boundary, so ``resume`` truncates to it and redoes the rest.
     ``stop_after_windows`` simulates a crash right after that many windows are written, before their checkpoint
-    (tests of ``--resume``)."""
+    (tests of ``--resume``).
+
+    Returns ``rows_in/rows_out/rows_err``, ``seconds``, ``rows_per_s`` (rows of this run), the thread plan
+    (``workers``, ``model_calls``, ``ort_threads``), ``window`` and ``stage_seconds`` (wall seconds spent inside
+    each stage: the busiest one bounds the run)."""
     from tqdm.auto import tqdm
 
     from models.classify.decision import HUMAN, decide
