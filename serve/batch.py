@@ -466,7 +466,7 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
         out_lines: list = []
         err_lines: list[str] = []
         g = 0
-        for j, row in enumerate(w.rows):
+        for row in w.rows:
             if row.error is not None:
                 err_lines.append(json.dumps({"line": row.line, "reason": row.error, "raw": row.raw},
                                             ensure_ascii=False) + "\n")
