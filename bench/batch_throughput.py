@@ -11,10 +11,11 @@ Ratios are medians of the same run's rounds.
 * ``denki-sequential`` — the previous engine's schedule: one thread, no bucketing (window = batch size),
   checkpoint (fsync + state) after every batch.
 * ``transformers`` — what a user would otherwise write: ``pipeline("text-classification", model=<PyTorch
-  bundle>)`` over the texts, same batch size, torch threads = ``--workers`` (the same cores as denki).
+  bundle>)`` over the texts, same batch size, torch threads = ``--workers`` (the same cores as denki;
+  ``--torch-threads`` to change).
 
-Then, in this process: the int8 model call alone (the rows tokenised, bucketed as the engine does, 1 thread)
-in GFLOP/s from the encoder's shape, beside this CPU's int8 peak measured with onnxruntime's own
+Then, in this process: the int8 model call alone (the rows tokenised, bucketed as the engine does, 1 thread,
+timed in CPU time of the calling thread so that other load on the machine does not count) in GFLOP/s from the encoder's shape, beside this CPU's int8 peak measured with onnxruntime's own
 ``MatMulInteger`` (a large uint8 × int8 product, 1 thread). No nominal peak from the clock: in a VM
 /proc/cpuinfo shows the base clock, not the boost one, and the VNNI issue width differs by core generation
 (on the 2-core development EPYC the measured GEMM beat a 64-MACs-per-cycle estimate 2.7×). Figures from a loaded machine are not comparable with published ones: the load is printed.
@@ -127,11 +128,11 @@ engine = spec["engine"]
 if engine == "transformers":
     import torch
     from transformers import pipeline
-    torch.set_num_threads(spec["workers"])
+    torch.set_num_threads(spec["torch_threads"])
     texts = [json.loads(l)[spec["field"]] for l in open(spec["input"], encoding="utf-8")]
     pipe = pipeline("text-classification", model=spec["torch_model"], tokenizer=spec["torch_model"],
                     truncation=True, max_length=spec["max_length"], device="cpu")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     pipe(texts, batch_size=spec["batch_size"])
     rows, extra = len(texts), {}
 else:
@@ -140,15 +141,15 @@ else:
     kw = dict(workers=spec["workers"], threads=spec["threads"])
     if engine == "denki-sequential":
         kw = dict(workers=1, threads=1, window=spec["batch_size"], checkpoint_seconds=0)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     r = classify_file(spec["model"], spec["input"], spec["output"], text_field=spec["field"],
                       batch_size=spec["batch_size"], progress=False, **kw)
     rows = r["rows_in"]
     extra = {k: r[k] for k in ("workers", "model_calls", "ort_threads", "window", "stage_seconds")}
-seconds = time.perf_counter() - t0
+seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
 done.set()
 q = lambda a, b: max((m for t, m in samples if t0 + a * seconds <= t <= t0 + b * seconds), default=None)
-print("RESULT " + json.dumps({"rows": rows, "seconds": seconds, "rss_quarters_mib": [q(0, .25), q(.25, .5),
+print("RESULT " + json.dumps({"rows": rows, "seconds": seconds, "cpu_seconds": cpu, "rss_quarters_mib": [q(0, .25), q(.25, .5),
       q(.5, .75), q(.75, 1.01)], **extra}))
 """
 
@@ -196,14 +197,15 @@ def model_gflops(bundle: Path, texts: list[str], batch_size: int, window: int, r
         batches += [p.tokenizer.pad(part[b:b + batch_size]) for b in range(0, len(part), batch_size)]
     flops = sum(encoder_flops(cfg, b["input_ids"].shape[1]) * b["input_ids"].shape[0] for b in batches)
     useful = sum(encoder_flops(cfg, len(e)) for e in encs)
-    # each batch's best of `rounds` calls, summed: a call another process preempted does not count
+    # CPU time of this thread (a 1-thread onnxruntime call computes on the calling thread), each batch's best of
+    # `rounds` calls, summed: time the scheduler gave to other processes on a shared machine does not count
     best = 0.0
     for b in batches:
         times = []
         for _ in range(rounds):
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             p.run(b)
-            times.append(time.perf_counter() - t0)
+            times.append(time.thread_time() - t0)
         best += min(times)
     return {"seconds": best, "gflops": flops / best / 1e9, "useful_gflops": useful / best / 1e9,
             "padding_share": 1 - useful / flops, "rows_per_s": len(texts) / best}
@@ -237,9 +239,9 @@ def int8_gemm_peak(m: int = 1024, k: int = 512, n: int = 512, reps: int = 20) ->
     sess.run(None, {"a": a})
     best = float("inf")
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()  # CPU time, as for the model call
         sess.run(None, {"a": a})
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, time.thread_time() - t0)
     return 2.0 * m * k * n / best / 1e9
 
 
@@ -257,6 +259,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--workers", type=int, default=None, help="cores for denki and torch (default: all)")
     ap.add_argument("--threads", type=int, default=None, help="denki: onnxruntime threads per model call")
+    ap.add_argument("--torch-threads", type=int, default=None,
+                    help="torch threads of the transformers pipeline (default: --workers, the same cores as denki; "
+                         "on a busy machine torch's OpenMP threads slow down far more than 1 thread does)")
     ap.add_argument("--engines", default=",".join(ENGINES), help=f"comma list of {', '.join(ENGINES)}")
     ap.add_argument("--no-gflops", action="store_true", help="skip the model-call GFLOP/s measurement")
     ap.add_argument("--make-rows", type=int, metavar="N", help="write N synthetic rows (cycling --data) to --out "
@@ -309,24 +314,28 @@ def main() -> None:
 
     for line in cpu_lines():
         print(line)
-    print(f"before: {load_line()}; workers {workers}")
+    print(f"before: {load_line()}; workers {workers}" + (f", torch threads {args.torch_threads or workers}"
+                                                          if "transformers" in engines else ""))
     results: dict[str, list[dict]] = {e: [] for e in engines}
     for i in range(args.rounds):
         for e in engines:
             spec = {"engine": e, "model": str(bundle), "input": str(inp), "output": str(tmp / f"out-{e}-{i}.jsonl"),
                     "field": in_field, "batch_size": args.batch_size, "workers": workers, "threads": args.threads,
-                    "torch_model": torch_model, "max_length": int(task.get("max_length") or 128)}
+                    "torch_model": torch_model, "max_length": int(task.get("max_length") or 128),
+                    "torch_threads": args.torch_threads or workers}
             r = run_child_rss(spec)
             results[e].append(r)
             for f in tmp.glob(f"out-{e}-{i}.jsonl*"):
                 f.unlink()
-            print(f"  round {i + 1} {e:17s} {r['rows'] / r['seconds']:8.0f} rows/s  peak RSS "
+            print(f"  round {i + 1} {e:17s} {r['rows'] / r['seconds']:8.0f} rows/s  "
+                  f"{r['cpu_seconds'] / r['rows'] * 1e6:6.0f} µs CPU/row  peak RSS "
                   f"{r['peak_rss_mib']:6.0f} MiB" + (f"  stage busy s {_fmt_busy(r)}" if 'stage_seconds' in r else ""))
     summary = {}
     for e, rs in results.items():
         secs = statistics.median(r["seconds"] for r in rs)
         rows = rs[0]["rows"]
         summary[e] = {"rows": rows, "rows_per_s": rows / secs, "seconds_median": secs,
+                      "cpu_us_per_row": statistics.median(r["cpu_seconds"] for r in rs) / rows * 1e6,
                       "peak_rss_mib": max(r["peak_rss_mib"] for r in rs),
                       "rss_quarters_mib": rs[-1]["rss_quarters_mib"],
                       **{k: rs[-1][k] for k in ("workers", "model_calls", "ort_threads", "window") if k in rs[-1]}}
@@ -334,12 +343,13 @@ def main() -> None:
     print()
     print(f"{summary[engines[0]]['rows']:,} rows, batch {args.batch_size}, workers {workers} "
           f"(medians of {args.rounds} round(s)):")
-    print("| engine | rows/s | peak RSS MiB | RSS by quarter of the run, MiB |")
-    print("|---|---:|---:|---|")
+    print("| engine | rows/s | CPU µs/row (all threads) | peak RSS MiB | RSS by quarter of the run, MiB |")
+    print("|---|---:|---:|---:|---|")
     for e in engines:
         s = summary[e]
+        # a quarter shorter than the 0.25 s sampling period has no sample: "–"
         qs = " / ".join("–" if q is None else f"{q:.0f}" for q in s["rss_quarters_mib"])
-        print(f"| {e} | {s['rows_per_s']:,.0f} | {s['peak_rss_mib']:.0f} | {qs} |")
+        print(f"| {e} | {s['rows_per_s']:,.0f} | {s['cpu_us_per_row']:,.0f} | {s['peak_rss_mib']:.0f} | {qs} |")
     ratios = {}
     if "denki" in summary and "transformers" in summary:
         ratios["denki_vs_transformers"] = summary["denki"]["rows_per_s"] / summary["transformers"]["rows_per_s"]
@@ -361,7 +371,8 @@ def main() -> None:
         gf = model_gflops(bundle, texts, args.batch_size, 16 * args.batch_size)
         peak = int8_gemm_peak()
         gf.update({"gemm_peak_gops_1thread": peak, "cpu_mhz": cpu_mhz()})
-        print(f"int8 model call, 1 thread, engine's batches ({len(texts)} rows, {gf['padding_share']:.0%} padding): "
+        print(f"int8 model call, 1 thread, CPU time, engine's batches ({len(texts)} rows, "
+              f"{gf['padding_share']:.0%} padding): "
               f"{gf['gflops']:.1f} GFLOP/s computed ({gf['useful_gflops']:.1f} on real tokens), "
               f"{gf['rows_per_s']:,.0f} rows/s — this CPU's int8 peak, onnxruntime MatMulInteger "
               f"1024×512×512 on 1 thread: {peak:.0f} GOP/s ({gf['gflops'] / peak:.0%} reached)")
