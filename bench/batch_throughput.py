@@ -360,6 +360,13 @@ def main() -> None:
                                                 / summary["transformers"]["rows_per_s"])
     for k, v in ratios.items():
         print(f"{k.replace('_', ' ')}: {v:.2f}×" + (" (goal ≥ 5×)" if k == "denki_vs_transformers" else ""))
+    # on a shared machine wall-clock ratios follow the other load; CPU time per row does not (much)
+    cpu_ratios = {f"{b}/{a}": summary[b]["cpu_us_per_row"] / summary[a]["cpu_us_per_row"]
+                  for a, b in (("denki", "transformers"), ("denki", "denki-sequential"))
+                  if a in summary and b in summary}
+    if cpu_ratios:
+        print("CPU time per row, ratio: " + ", ".join(f"{k} {v:.2f}×" for k, v in cpu_ratios.items()))
+    ratios.update({f"cpu_{k}": v for k, v in cpu_ratios.items()})
 
     gf = None
     if not args.no_gflops:
