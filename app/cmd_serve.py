@@ -30,9 +30,10 @@ def register(sub) -> None:
         description="Batch-score a CSV or JSONL file (.gz allowed) with an ONNX classifier bundle. Each output row "
                     "keeps the input's fields and adds label, score and route (route = label or 'human'). Rows "
                     "that cannot be scored go to the errors file with line number and reason; output rows + "
-                    "error rows = input rows, in input order. Interrupted? Re-run with --resume (same --batch-size and "
-                    "--window): the result is byte-identical to an uninterrupted run. --engine ray scores many files (a glob) "
-                    "on Ray Data with a pool of actors holding the predictor, one output per input in a directory.",
+                    "error rows = input rows, in input order. Interrupted? Re-run with --resume (same --batch-size "
+                    "and --window): the result is byte-identical to an uninterrupted run. --workers sets the cores "
+                    "(default: all). --engine ray scores many files (a glob) on Ray Data with a pool of actors "
+                    "holding the predictor, one output per input in a directory.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     c.add_argument("--model", required=True, metavar="DIR", help="ONNX classifier bundle (`denki export` output)")
     c.add_argument("--input", required=True, metavar="FILE",

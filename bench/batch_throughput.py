@@ -15,10 +15,12 @@ Ratios are medians of the same run's rounds.
   ``--torch-threads`` to change).
 
 Then, in this process: the int8 model call alone (the rows tokenised, bucketed as the engine does, 1 thread,
-timed in CPU time of the calling thread so that other load on the machine does not count) in GFLOP/s from the encoder's shape, beside this CPU's int8 peak measured with onnxruntime's own
-``MatMulInteger`` (a large uint8 × int8 product, 1 thread). No nominal peak from the clock: in a VM
-/proc/cpuinfo shows the base clock, not the boost one, and the VNNI issue width differs by core generation
-(on the 2-core development EPYC the measured GEMM beat a 64-MACs-per-cycle estimate 2.7×). Figures from a loaded machine are not comparable with published ones: the load is printed.
+timed in CPU time of the calling thread so that other load on the machine does not count) in GFLOP/s from the
+encoder's shape, beside this CPU's int8 peak measured with onnxruntime's own ``MatMulInteger`` (a large
+uint8 × int8 product, 1 thread). No nominal peak from the clock: in a VM /proc/cpuinfo shows the base clock, not
+the boost one, and the VNNI issue width differs by core generation (on the 2-core development EPYC the measured
+GEMM beat a 64-MACs-per-cycle estimate 2.7×). Figures from a loaded machine are not comparable with published
+ones: the load is printed, and CPU time per row beside rows/s.
 
     python bench/batch_throughput.py --model runs/quickstart/classifier-onnx \\
         --data ../shared/data/jaquad_qtype_dev.jsonl.gz --rows 2000 --workers 2
@@ -149,8 +151,9 @@ else:
 seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
 done.set()
 q = lambda a, b: max((m for t, m in samples if t0 + a * seconds <= t <= t0 + b * seconds), default=None)
-print("RESULT " + json.dumps({"rows": rows, "seconds": seconds, "cpu_seconds": cpu, "rss_quarters_mib": [q(0, .25), q(.25, .5),
-      q(.5, .75), q(.75, 1.01)], **extra}))
+quarters = [q(0, .25), q(.25, .5), q(.5, .75), q(.75, 1.01)]
+print("RESULT " + json.dumps({"rows": rows, "seconds": seconds, "cpu_seconds": cpu, "rss_quarters_mib": quarters,
+                              **extra}))
 """
 
 
