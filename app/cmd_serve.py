@@ -30,8 +30,10 @@ def register(sub) -> None:
         description="Batch-score a CSV or JSONL file (.gz allowed) with an ONNX classifier bundle. Each output row "
                     "keeps the input's fields and adds label, score and route (route = label or 'human'). Rows "
                     "that cannot be scored go to the errors file with line number and reason; output rows + "
-                    "error rows = input rows. Interrupted? Re-run with --resume. --engine ray scores many files (a glob) "
-                    "on Ray Data with a pool of actors holding the predictor, one output per input in a directory.",
+                    "error rows = input rows, in input order. Interrupted? Re-run with --resume (same --batch-size "
+                    "and --window): the result is byte-identical to an uninterrupted run. --workers sets the cores "
+                    "(default: all). --engine ray scores many files (a glob) on Ray Data with a pool of actors "
+                    "holding the predictor, one output per input in a directory.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     c.add_argument("--model", required=True, metavar="DIR", help="ONNX classifier bundle (`denki export` output)")
     c.add_argument("--input", required=True, metavar="FILE",
@@ -44,7 +46,20 @@ def register(sub) -> None:
     c.add_argument("--resume", action="store_true", help="continue an interrupted run")
     c.add_argument("--backend", default="auto", choices=["auto", "fp32", "o2", "int8", "fp16"])
     c.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    c.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    c.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="cores to use (default: all this process may run on). Reading/tokenising, the model "
+                        "and writing overlap in threads; the model runs up to N batches at once; 1 = one thread, "
+                        "stages in turn")
+    c.add_argument("--threads", type=int, default=None, metavar="T",
+                   help="onnxruntime threads per model call (default 1: N calls side by side; T: N // T calls "
+                        "of T threads, for bigger models)")
+    c.add_argument("--window", type=int, default=None, metavar="ROWS",
+                   help="length bucketing: texts are sorted by token length into batches within windows of this "
+                        "many rows, then written back in input order (default: 16 × --batch-size; = --batch-size: "
+                        "no bucketing). Bounds memory")
+    c.add_argument("--checkpoint-seconds", type=float, default=2.0, metavar="S",
+                   help="fsync the outputs and save the --resume state at most this often (0 = after every "
+                        "window)")
     r = c.add_argument_group("scale-out on Ray Data (optional extra: pip install -e '.[ray]')")
     r.add_argument("--engine", choices=["local", "ray"], default="local",
                    help="ray: Ray Data map_batches over an actor pool (local Ray instance, or --address)")
@@ -117,9 +132,11 @@ def cmd_classify(args) -> int:
         return 0
     r = classify_file(args.model, args.input, args.output, text_field=args.text_field, batch_size=args.batch_size,
                       errors_path=args.errors, resume=args.resume, backend=args.backend, device=args.device,
-                      threads=args.threads)
+                      threads=args.threads, workers=args.workers, window=args.window,
+                      checkpoint_seconds=args.checkpoint_seconds)
     print(f"classify: {r['rows_in']} rows in → {r['rows_out']} scored ({r['output']}), {r['rows_err']} errors "
-          f"({r['errors']}); {r['rows_per_s']:.0f} rows/s with {r['backend']}")
+          f"({r['errors']}); {r['rows_per_s']:.0f} rows/s with {r['backend']}, {r['workers']} workers "
+          f"({r['model_calls']} model calls × {r['ort_threads']} threads)")
     return 0
 
 

@@ -4,10 +4,16 @@ Accounting: every input record ends up either in the output (input fields + ``la
 the errors file (``{"line", "reason", "raw"}``: bad encoding, malformed JSON/CSV, missing field, empty or
 over-long text) — ``output rows + error rows = input records``, checked at the end.
 
-Resumability: output and errors are written to ``*.partial`` files; after each batch both are flushed and a state
-file (``OUTPUT.partial.state.json``) records the last input line consumed and the byte sizes of both files. A
-killed run re-run with ``--resume`` truncates the partial files to the recorded sizes (dropping anything written
-after the last checkpoint) and continues after the recorded line: no duplicates, no gaps. When the input is done
+Engine (:func:`classify_file`): read → tokenise → model → write stages over bounded windows of rows, overlapping
+in threads (:mod:`serve.pipeline`); texts are sorted by token length inside a window and written back in input
+order, so the output order is the input order.
+
+Resumability: output and errors are written to ``*.partial`` files; after a window, at most every
+``checkpoint_seconds``, both are flushed and fsynced and a state file (``OUTPUT.partial.state.json``) records
+the last input line of the window and the byte sizes of both files (also at the start and at the end). A killed
+run re-run with ``--resume`` truncates the partial files to the recorded sizes (dropping anything written after
+the last checkpoint) and continues after the recorded line: no duplicates, no gaps, and — window boundaries
+depending only on the input and the options — the same bytes as an uninterrupted run. When the input is done
 the partial files are renamed (gzip-compressed first for ``.gz`` names) into place.
 
 Torch-free (serve/).
@@ -18,12 +24,16 @@ import csv
 import gzip
 import io
 import json
+import math
 import os
 import shutil
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from models.io.errors import DenkiError, InputError
 from models.io.fileio import atomic_write_json, sha256_file
@@ -204,17 +214,140 @@ def _finalize(partial: Path, final: Path) -> None:
         os.replace(partial, final)
 
 
+def default_workers() -> int:
+    """The cores this process may run on (the affinity mask where the OS has one, e.g. under ``taskset`` or a
+    container's cpuset), else ``os.cpu_count()``."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def plan_threads(workers: int, threads: int | None = None, device: str = "cpu") -> tuple[int, int]:
+    """``(onnxruntime intra-op threads per call, concurrent model calls)`` for ``workers`` cores.
+
+    Default: ``workers`` concurrent calls of 1 thread each — different batches run side by side on different
+    cores. For a small model that scales better than splitting one batch's matrix products over several threads,
+    and a 1-thread call never spin-waits, so the Python stages (reading, tokenising, writing: one GIL, about one
+    core at most, ~15% of the work for the quickstart's tiny model) get their share of the same cores from the
+    OS. ``threads`` T overrides: ``workers // T`` calls of T threads each (bigger models, where one call's
+    products are large enough to split). On CUDA one call at a time: the GPU is the parallel part."""
+    workers = max(1, int(workers))
+    t = max(1, int(threads)) if threads else 1
+    calls = 1 if device == "cuda" else max(1, workers // t)
+    return t, calls
+
+
+@dataclass
+class _Window:
+    """A bounded window of consecutive input rows on its way through the pipeline (see :func:`classify_file`)."""
+
+    rows: list[Row]  # every row of the window, good and bad, in input order
+    good: list[int]  # positions in ``rows`` of the rows with a text to score
+    texts: list[str]  # their texts (freed once tokenised)
+    last_line: int  # physical input line where the window ends: a checkpoint after it resumes there
+    head: list = None  # per good row: its output without the added fields (see _Encoder), filled by tokenise
+    batches: list = None  # [(positions into ``good``, padded int64 arrays)], sorted by token length
+    label_idx: object = None  # per good row, input order: the decision (filled by the model stage)
+    score: object = None
+    abstain: object = None
+
+
+class _Encoder:
+    """Output formatting, split so that the expensive half (encoding the input record) runs in the tokenise
+    stage, off the writer's path, and the writer only appends the three added fields to a ready string.
+
+    The result is byte-identical to ``json.dumps(scored_record(...), ensure_ascii=False)`` (JSONL) or to
+    ``csv.writer.writerow`` of the record's columns plus the added ones (CSV): a nonempty record's JSON text ends
+    in ``}``, and the added keys, being new, come last in the dict. A record that already has one of the
+    (prefixed) added names keeps the dict path, where the value replaces the old one in its place."""
+
+    def __init__(self, out_fmt: str, in_fmt: str, header: list[str] | None, prefix: str, labels: list[str],
+                 human: str):
+        self.out_fmt, self.in_fmt, self.header, self.prefix = out_fmt, in_fmt, header, prefix
+        self.in_header = header[: -len(ADDED)] if header else None
+        self.labels = labels
+        dumps = lambda x: json.dumps(x, ensure_ascii=False)  # noqa: E731
+        self.label_json = [dumps(lab) for lab in labels]
+        self.human_json = dumps(human)
+        self.human = human
+
+    def prefix_for(self, record: dict) -> str:
+        # CSV input: one prefix for the file (its header); JSONL: per record, as scored_record's callers did
+        return self.prefix or (output_prefix(None, record) if self.in_fmt == "jsonl" else "")
+
+    def head(self, record: dict):
+        """``(prefix, text)`` for the fast path, or ``(prefix, record)`` when the record needs the dict path."""
+        p = self.prefix_for(record)
+        if any(p + k in record for k in ADDED) or not record:
+            return p, record
+        if self.out_fmt == "jsonl":
+            return p, json.dumps(record, ensure_ascii=False)[:-1]
+        return p, ["" if record.get(k) is None else record.get(k) for k in self.in_header]
+
+    def jsonl(self, head, k: int, score: float, human: bool) -> str:
+        p, h = head
+        score = round(float(score), 6)
+        if not isinstance(h, str):
+            res = {"label": self.labels[k], "score": score, "route": self.human if human else self.labels[k]}
+            return json.dumps(scored_record(h, res, p), ensure_ascii=False) + "\n"
+        s = repr(score) if math.isfinite(score) else json.dumps(score)
+        return (f'{h}, "{p}label": {self.label_json[k]}, "{p}score": {s}, '
+                f'"{p}route": {self.human_json if human else self.label_json[k]}}}\n')
+
+    def csv_row(self, head, k: int, score: float, human: bool) -> list:
+        p, h = head
+        score = round(float(score), 6)
+        lab = self.labels[k]
+        if isinstance(h, dict):
+            rec = scored_record(h, {"label": lab, "score": score, "route": self.human if human else lab}, p)
+            return ["" if rec.get(c) is None else rec.get(c) for c in self.header]
+        return h + [lab, score, self.human if human else lab]
+
+
 def classify_file(model_dir, input_path, output_path, *, text_field: str | None = None, batch_size: int = 64,
                   errors_path: str | None = None, resume: bool = False, backend: str = "auto",
-                  device: str = "auto", threads: int | None = None, progress: bool = True,
-                  stop_after_batches: int | None = None) -> dict:
-    """Score ``input_path`` into ``output_path``; returns counts and throughput.
+                  device: str = "auto", threads: int | None = None, workers: int | None = None,
+                  window: int | None = None, checkpoint_seconds: float = 2.0, progress: bool = True,
+                  stop_after_windows: int | None = None) -> dict:
+    """Score ``input_path`` into ``output_path`` with the pipelined engine; returns counts and throughput.
 
-    ``stop_after_batches`` simulates a crash after that many checkpoints (tests of ``--resume``)."""
+    Stages (``serve.pipeline``): *read* (decode, parse, check every row) → *tokenise* (encode a window's texts,
+    sort them by token length into batches of ``batch_size``, pad; encode the output records) → *model*
+    (onnxruntime, then the bundle's decision rule) → *write* (rows back in input order; checkpoint). With
+    ``workers`` ≥ 2 (default: every core this process may use) the stages run in their own threads joined by
+    bounded queues, and the model stage runs up to ``workers`` batches at once (onnxruntime threads per call:
+    ``threads``, default 1; see :func:`plan_threads`); ``workers`` 1 runs the stages in turn in one thread.
+
+    ``window`` (default ``16 × batch_size``): rows are length-bucketed within consecutive windows of this many
+    texts (or ``4 × window`` rows, whichever comes first, so bad rows cannot grow a window), which bounds memory
+    and keeps the output in input order. Window boundaries depend only on the input, ``batch_size`` and
+    ``window``, never on timing or ``workers``, so every run — threaded, sequential or resumed — makes the same
+    batches and writes the same bytes (int8 models quantise activations per batch, so batch composition matters).
+
+    Checkpoints (fsync both partial files, then the state file atomically) happen after a window once
+    ``checkpoint_seconds`` have passed since the last one (0: after every window), at the start and at the end;
+    the state only ever names a fully written window boundary, so ``resume`` truncates to it and redoes the rest.
+    ``stop_after_windows`` simulates a crash right after that many windows are written, before their checkpoint
+    (tests of ``--resume``).
+
+    Returns ``rows_in/rows_out/rows_err``, ``seconds``, ``rows_per_s`` (rows of this run), the thread plan
+    (``workers``, ``model_calls``, ``ort_threads``), ``window`` and ``stage_seconds`` (wall seconds spent inside
+    each stage: the busiest one bounds the run)."""
     from tqdm.auto import tqdm
 
+    from models.classify.decision import HUMAN, decide
+    from serve.pipeline import run_pipeline
     from serve.runtime import Predictor
 
+    if batch_size < 1:
+        raise DenkiError(f"batch size must be at least 1, got {batch_size}")
+    workers = default_workers() if workers is None else int(workers)
+    if workers < 1:
+        raise DenkiError(f"--workers must be at least 1, got {workers}")
+    window = 16 * batch_size if window is None else int(window)
+    if window < batch_size:  # batches never span windows: a smaller window would only shrink them
+        raise DenkiError(f"--window ({window}) must be at least --batch-size ({batch_size})")
     inp, out = Path(input_path), Path(output_path)
     err = Path(errors_path) if errors_path else out.with_name(out.name.removesuffix(".gz") + ".errors.jsonl")
     in_fmt, out_fmt = _fmt(inp), _fmt(out)
@@ -223,11 +356,17 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
     state_path = part_out.with_name(part_out.name + ".state.json")
     if not inp.is_file():
         raise InputError("file not found", path=str(inp))
-    predictor = Predictor(model_dir, backend=backend, device=device, threads=threads)
+    predictor = Predictor(model_dir, backend=backend, device=device,
+                          threads=plan_threads(workers, threads, "cpu")[0])
+    n_threads, n_calls = plan_threads(workers, threads, predictor.device)
+    if predictor.kind != "onnx-classifier":
+        raise DenkiError(f"{predictor.dir} is a {predictor.kind} bundle, not a classifier")
     field = text_field or predictor.task.get("text_field", "text")
+    # batch_size and window decide the batches, and so (int8) the exact scores: a resume must use the same
     settings = {"input": str(inp.resolve()), "input_size": inp.stat().st_size, "input_sha256": sha256_file(inp),
                 "text_field": field, "model": predictor.manifest.get("files", {}).get(predictor.model_file.name),
-                "backend": predictor.backend, "output": str(out.resolve()), "errors": str(err.resolve())}
+                "backend": predictor.backend, "output": str(out.resolve()), "errors": str(err.resolve()),
+                "batch_size": batch_size, "window": window}
     state = None
     if state_path.exists():
         if not resume:
@@ -237,7 +376,7 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
         changed = [k for k in settings if state["settings"].get(k) != settings[k]]
         if changed:
             raise DenkiError(f"--resume: the interrupted run used different {', '.join(changed)}; "
-                             "delete its partial files to start over")
+                             "re-run with the same options, or delete its partial files to start over")
     elif resume and progress:
         print("classify: nothing to resume, starting from the beginning")
 
@@ -253,64 +392,162 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
     n_out = state["rows_out"] if state else 0
     n_err = state["rows_err"] if state else 0
     prefix = state.get("prefix", prefix) if state else prefix
+    labels = list(predictor.task["labels"])
+    enc = _Encoder(out_fmt, in_fmt, header, prefix, labels, predictor.task.get("human_label", HUMAN))
+    tok, max_length = predictor.tokenizer, predictor.max_length
     w_out = _Writer(part_out, out_fmt, header, state["out_bytes"] if state else None)
     w_err = _Writer(part_err, "jsonl", None, state["err_bytes"] if state else None)
 
-    t0 = time.perf_counter()
-    n_new = 0
-    batch: list[Row] = []
-    texts: list[str] = []
-    checkpoints = 0
-    bar = tqdm(desc="classify", unit=" rows", initial=n_out + n_err, disable=not progress)
-
-    def flush(upto_line: int) -> None:
-        nonlocal n_out, n_err, batch, texts, checkpoints, n_new
-        if texts:
-            results = predictor.classify(texts, batch_size=batch_size)
-        else:
-            results = []
-        k = 0
-        for row in batch:
-            if row.error is not None:
-                w_err.write({"line": row.line, "reason": row.error, "raw": row.raw})
-                n_err += 1
-                continue
-            res = results[k]
-            k += 1
-            rec_prefix = prefix or (output_prefix(None, row.record) if in_fmt == "jsonl" else "")
-            w_out.write(scored_record(row.record, res, rec_prefix))
-            n_out += 1
-        bar.update(len(batch))
-        n_new += len(batch)
-        batch, texts = [], []
+    def checkpoint(upto_line: int) -> None:
         ob, eb = w_out.sync(), w_err.sync()
         atomic_write_json(state_path, {"settings": settings, "last_line": upto_line, "rows_out": n_out,
                                        "rows_err": n_err, "out_bytes": ob, "err_bytes": eb, "prefix": prefix})
-        checkpoints += 1
 
-    last_seen = last_line
-    try:
+    # --- stage 1 (source): read, parse and check rows; cut them into windows (by count: deterministic)
+    n_read = 0
+
+    def read_windows():
+        nonlocal n_read
+        rows: list[Row] = []
+        good: list[int] = []
+        texts: list[str] = []
         for row in iter_rows(inp):
             if row.end_line <= last_line:
                 continue  # done before the interruption
-            last_seen = row.end_line
             text = check_text(row, field)
             if text is not None:
+                good.append(len(rows))
                 texts.append(text)
-            batch.append(row)
-            if len(texts) >= batch_size or len(batch) >= 4 * batch_size:
-                flush(last_seen)
-                if stop_after_batches is not None and checkpoints >= stop_after_batches:
-                    raise KeyboardInterrupt("simulated interruption")
-        flush(last_seen)
+            rows.append(row)
+            if len(texts) >= window or len(rows) >= 4 * window:
+                n_read += len(rows)
+                yield _Window(rows, good, texts, row.end_line)
+                rows, good, texts = [], [], []
+        if rows:
+            n_read += len(rows)
+            yield _Window(rows, good, texts, rows[-1].end_line)
+
+    # --- stage 2: tokenise, bucket by length, pad; encode the records for output
+    def tokenise(w: _Window) -> _Window:
+        encs = [tok.encode(t, max_length=max_length) for t in w.texts]
+        w.texts = []
+        order = sorted(range(len(encs)), key=lambda i: len(encs[i]))  # stable: ties keep input order
+        w.batches = [(order[s:s + batch_size], tok.pad([encs[i] for i in order[s:s + batch_size]]))
+                     for s in range(0, len(order), batch_size)]
+        w.head = [enc.head(w.rows[i].record) for i in w.good]
+        for i in w.good:
+            w.rows[i].record = None  # the output text is ready: free the parsed record
+        return w
+
+    # --- stage 3: the model, then the routing rule, vectorised. onnxruntime releases the GIL in run() and one
+    # session may be run from several threads, so a pool runs a window's batches side by side; each batch's
+    # result is the same whichever thread runs it.
+    pool = ThreadPoolExecutor(n_calls, thread_name_prefix="denki-model") if workers > 1 and n_calls > 1 else None
+
+    def infer(w: _Window) -> _Window:
+        if w.batches:
+            logits = np.empty((len(w.good), len(labels)), dtype=np.float32)
+            run = lambda b: predictor.run(b[1])[0]  # noqa: E731
+            for (idx, _), lg in zip(w.batches, pool.map(run, w.batches) if pool else map(run, w.batches)):
+                logits[idx] = lg
+            w.batches = None
+            w.label_idx, w.score, _, w.abstain = decide(logits, predictor.task)
+        return w
+
+    # --- stage 4 (sink): write in input order, checkpoint by time
+    t0 = time.perf_counter()
+    n_new = 0
+    written = 0
+    last_ckpt = time.monotonic()
+    bar = tqdm(desc="classify", unit=" rows", initial=n_out + n_err, disable=not progress)
+
+    def write(w: _Window) -> None:
+        nonlocal n_out, n_err, n_new, written, last_ckpt
+        out_lines: list = []
+        err_lines: list[str] = []
+        g = 0
+        for row in w.rows:
+            if row.error is not None:
+                err_lines.append(json.dumps({"line": row.line, "reason": row.error, "raw": row.raw},
+                                            ensure_ascii=False) + "\n")
+                continue
+            k, s, h = int(w.label_idx[g]), w.score[g], bool(w.abstain[g])
+            if out_fmt == "jsonl":
+                out_lines.append(enc.jsonl(w.head[g], k, s, h))
+            else:
+                out_lines.append(enc.csv_row(w.head[g], k, s, h))
+            g += 1
+        if out_fmt == "jsonl":
+            w_out.f.write("".join(out_lines))
+        else:
+            w_out.csv.writerows(out_lines)
+        w_err.f.write("".join(err_lines))
+        n_out += len(out_lines)
+        n_err += len(err_lines)
+        n_new += len(w.rows)
+        bar.update(len(w.rows))
+        written += 1
+        if stop_after_windows is not None and written >= stop_after_windows:
+            _simulated_crash()
+        if checkpoint_seconds <= 0 or time.monotonic() - last_ckpt >= checkpoint_seconds:
+            checkpoint(w.last_line)
+            last_ckpt = time.monotonic()
+
+    # wall seconds spent inside each stage (blocked puts/gets excluded): which stage bounds the run
+    busy = {"read": 0.0, "tokenise": 0.0, "model": 0.0, "write": 0.0}
+
+    def timed(fn, key):
+        def run(w):
+            t = time.perf_counter()
+            try:
+                return fn(w)
+            finally:
+                busy[key] += time.perf_counter() - t
+        return run
+
+    def timed_source(it):
+        it = iter(it)
+        while True:
+            t = time.perf_counter()
+            w = next(it, None)
+            busy["read"] += time.perf_counter() - t
+            if w is None:
+                return
+            yield w
+
+    end_line = last_line
+    try:
+        if state is None:
+            checkpoint(0)  # from now on an interrupted run is detected, even before its first window
+        def sink(w: _Window) -> None:
+            nonlocal end_line
+            write(w)
+            end_line = w.last_line
+
+        # at most two windows wait between stages: memory stays flat whatever the file's size
+        run_pipeline(timed_source(read_windows()), [timed(tokenise, "tokenise"), timed(infer, "model")],
+                     timed(sink, "write"), threaded=workers > 1, maxsize=2, name="denki-classify")
+        checkpoint(end_line)
     finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
         bar.close()
         w_out.close()
         w_err.close()
+    if n_new != n_read:  # a lost or doubled window would be a bug here, never a property of the input
+        raise DenkiError(f"internal error: read {n_read} rows but wrote {n_new}; the partial files are kept "
+                         f"({part_out}); please report this")
     seconds = time.perf_counter() - t0
     _finalize(part_out, out)
     _finalize(part_err, err)
     state_path.unlink()
     return {"rows_out": n_out, "rows_err": n_err, "rows_in": n_out + n_err, "seconds": seconds,
             "rows_per_s": n_new / seconds if seconds > 0 else 0.0, "output": str(out), "errors": str(err),
-            "backend": predictor.describe(), "resumed_from_line": last_line}
+            "backend": predictor.describe(), "resumed_from_line": last_line, "workers": workers,
+            "ort_threads": n_threads, "model_calls": n_calls if workers > 1 else 1,
+            "window": window, "stage_seconds": busy}
+
+
+def _simulated_crash() -> None:
+    """What ``stop_after_windows`` does: stop as Ctrl-C would (a test swaps in ``os._exit`` for a hard crash)."""
+    raise KeyboardInterrupt("simulated interruption")

@@ -153,9 +153,9 @@ def test_batch_resume_no_duplicates_no_gaps(onnx_classifier, tmp_path):
     rows = inquiry_rows(60)
     n_in = _corrupt_input(tmp_path / "in.jsonl", rows)
     full = tmp_path / "full.jsonl"
-    classify_file(onnx_classifier, tmp_path / "in.jsonl", full, batch_size=8, progress=False)
+    classify_file(onnx_classifier, tmp_path / "in.jsonl", full, batch_size=8, window=16, progress=False)
     out = tmp_path / "resumed.csv"
-    # CSV in/out this time, interrupted after 2 checkpoints, then resumed
+    # CSV in/out this time, interrupted after 2 windows of 16 rows (checkpointed after each), then resumed
     import csv
 
     with open(tmp_path / "in.csv", "w", encoding="utf-8", newline="") as f:
@@ -164,11 +164,13 @@ def test_batch_resume_no_duplicates_no_gaps(onnx_classifier, tmp_path):
         for r in rows:
             w.writerow([r["id"], r["title"]])
     with pytest.raises(KeyboardInterrupt):
-        classify_file(onnx_classifier, tmp_path / "in.csv", out, batch_size=8, progress=False, stop_after_batches=2)
+        classify_file(onnx_classifier, tmp_path / "in.csv", out, batch_size=8, window=16, checkpoint_seconds=0,
+                      progress=False, stop_after_windows=2)
     assert not out.exists()
     with pytest.raises(DenkiError, match="--resume"):
-        classify_file(onnx_classifier, tmp_path / "in.csv", out, batch_size=8, progress=False)
-    r = classify_file(onnx_classifier, tmp_path / "in.csv", out, batch_size=8, progress=False, resume=True)
+        classify_file(onnx_classifier, tmp_path / "in.csv", out, batch_size=8, window=16, progress=False)
+    r = classify_file(onnx_classifier, tmp_path / "in.csv", out, batch_size=8, window=16, progress=False,
+                      resume=True)
     assert r["resumed_from_line"] > 1
     got = list(csv.DictReader(open(out, encoding="utf-8", newline="")))
     assert [g["id"] for g in got] == [x["id"] for x in rows]  # every row once, in order
