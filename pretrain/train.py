@@ -353,8 +353,6 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         cache = build_token_cache(cfg.corpus, tok, cfg.cache_dir, progress=False, corpus_shas=shas)
     data = PackedSequences(cache, cfg.seq_len, cls_id=tok.cls_id, pad_id=tok.pad_id, seed=cfg.seed)
 
-    drop = {} if cfg.dropout is None else {"hidden_dropout_prob": cfg.dropout,
-                                           "attention_probs_dropout_prob": cfg.dropout}
     init_record = None
     if init_bundle is not None:
         from .init_from import build_from_bundle, model_config_for
@@ -377,6 +375,9 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
                                                                    "attention_probs_dropout_prob")}
         total_steps = plan_steps(cfg, disc_cfg, gen_cfg, world)
     else:
+        # pretraining dropout (a bundle continued with --init-from takes it through build_from_bundle instead)
+        drop = {} if cfg.dropout is None else {"hidden_dropout_prob": cfg.dropout,
+                                               "attention_probs_dropout_prob": cfg.dropout}
         disc_cfg = electra_config(cfg.size, tok.vocab_size, max_position_embeddings=max(512, cfg.seq_len), **drop)
         gen_cfg = generator_config(disc_cfg, cfg.gen_size) if cfg.objective in RTD_OBJECTIVES else None
         total_steps = plan_steps(cfg, disc_cfg, gen_cfg, world)

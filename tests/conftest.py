@@ -115,6 +115,43 @@ def inquiry_rows(n=60):
     return [{"id": r["id"], "title": r["text"], "label": r["label"]} for r in routing_rows(n)]
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, deadline_s: float, alive, what: str = "server", poll_s: float = 0.2) -> None:
+    """Poll ``url + "/readyz"`` until it answers 200; fail when ``deadline_s`` seconds pass (by the clock, not a
+    count: a loaded 2-core machine starts servers slowly) or when ``alive()`` turns false (the server thread or
+    process died; ``alive`` may raise with its own message, e.g. the process log)."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert alive(), f"{what} died before it became ready"
+        assert time.monotonic() < deadline, f"{what} did not become ready within {deadline_s:.0f} s"
+        time.sleep(poll_s)
+
+
+def write_split(d, rows: list[dict], n_train: int) -> Path:
+    """``rows[:n_train]`` → ``d/train.jsonl``, the rest → ``d/dev.jsonl``; returns ``d``."""
+    d = Path(d)
+    for name, part in (("train.jsonl", rows[:n_train]), ("dev.jsonl", rows[n_train:])):
+        (d / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part), encoding="utf-8")
+    return d
+
+
 @pytest.fixture(scope="session")
 def classifier_bundle(tmp_path_factory, tiny_tokenizer_dir):
     """A tiny classifier bundle (random init, briefly trained so predictions differ between inputs)."""

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.cli import main
-from .conftest import routing_rows, shared
+from .conftest import routing_rows, shared, write_split
 
 CAUSE = "原因の確認"  # the rare route (JaQuAD answer type Cause) that gets a recall floor
 FT = ["--seeds", "2", "--epochs", "1", "--max-length", "64", "--threads", "1", "--no-progress"]
@@ -23,10 +23,7 @@ def split(tmp_path_factory):
     split 220 / 80 into JSONL files."""
     rows = routing_rows(per_label=50)
     random.Random(0).shuffle(rows)
-    d = tmp_path_factory.mktemp("cls_data")
-    for name, part in (("train.jsonl", rows[:220]), ("dev.jsonl", rows[220:])):
-        (d / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part), encoding="utf-8")
-    return d
+    return write_split(tmp_path_factory.mktemp("cls_data"), rows, 220)
 
 
 @pytest.fixture(scope="module")

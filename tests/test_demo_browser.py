@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -14,15 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, free_port
 
 CHROMIUM = os.environ.get("DENKI_CHROMIUM", "/usr/bin/chromium")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +27,7 @@ def demo_url(onnx_classifier, onnx_qa, tmp_path_factory):
             pytest.fail(msg)
         pytest.skip(msg)
     pytest.importorskip("playwright")
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1",
                GRADIO_TEMP_DIR=str(tmp_path_factory.mktemp("gradio")))
     log = open(tmp_path_factory.mktemp("log") / "demo.log", "w")

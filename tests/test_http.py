@@ -5,7 +5,6 @@ Endpoint tests run the ASGI app in process (TestClient / httpx ASGITransport); o
 """
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,8 @@ from models.io.errors import DenkiError  # noqa: E402
 from serve.http import Metrics, ServerSettings, create_app  # noqa: E402
 from serve.microbatch import MicroBatcher, QueueFull  # noqa: E402
 from serve.runtime import Predictor  # noqa: E402
+
+from .conftest import free_port, wait_ready  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -296,32 +297,18 @@ def test_microbatcher_units():
 
 
 # -------------------------------------------------------------------------------------- real server, shutdown
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_graceful_shutdown_finishes_in_flight(cls_pred):
     import uvicorn
 
     gated = Gated(cls_pred)
-    port = _free_port()
+    port = free_port()
     app = create_app(classifier=gated, settings=ServerSettings(max_wait_ms=0))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            timeout_graceful_shutdown=10))
     th = threading.Thread(target=server.run, daemon=True)
     th.start()
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60  # by the clock, not a count: a loaded 2-core machine starts slowly
-    while True:
-        try:
-            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline and th.is_alive(), "server did not become ready"
-        time.sleep(0.05)
+    wait_ready(url, 60, th.is_alive, poll_s=0.05)
     result = {}
     req = threading.Thread(target=lambda: result.setdefault(
         "r", httpx.post(url + "/v1/classify", json={"texts": ["終わるまで待つ"]}, timeout=20)))

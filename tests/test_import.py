@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -23,7 +21,8 @@ from models.bundle.format import read_task, verify_bundle
 from models.io.fileio import sha256_file
 from models.text.tokenizer import JapaneseTokenizer
 
-from .conftest import REPO, SAMPLE_CORPUS, SAMPLE_QA_DEV, SAMPLE_QA_TRAIN, read_jsonl, routing_rows
+from .conftest import (REPO, SAMPLE_CORPUS, SAMPLE_QA_DEV, SAMPLE_QA_TRAIN, free_port, read_jsonl, routing_rows,
+                       wait_ready, write_split)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -218,16 +217,7 @@ def routing_split(tmp_path_factory):
 
     rows = routing_rows(per_label=30)
     random.Random(0).shuffle(rows)
-    d = tmp_path_factory.mktemp("routing")
-    for name, part in (("train.jsonl", rows[:120]), ("dev.jsonl", rows[120:])):
-        (d / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part), encoding="utf-8")
-    return d
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return write_split(tmp_path_factory.mktemp("routing"), rows, 120)
 
 
 @pytest.mark.slow
@@ -287,23 +277,14 @@ def test_chain_finetune_export_classify_serve_demo(name, imported, routing_split
     assert [o["label"] for o in out] == [d["label"] for d in direct]
 
     # `denki serve`: a real server process on 127.0.0.1
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--classifier", str(tmp_path / "cls-onnx"),
                              "--qa", str(tmp_path / "qa-onnx"), "--port", str(port), "--backend", "fp32",
                              "--threads", "1", "--log-level", "warning"], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 120
-        while True:
-            try:
-                if httpx.get(base + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.time() < deadline, "server did not become ready"
-            time.sleep(0.5)
+        wait_ready(base, 120, lambda: proc.poll() is None or pytest.fail(proc.stdout.read()), "denki serve", 0.5)
         texts = [r["text"] for r in rows[:4]]
         r = httpx.post(base + "/v1/classify", json={"texts": texts}, timeout=30)
         assert r.status_code == 200, r.text

@@ -3,7 +3,6 @@ NaN stop, export, CLI, DDP on gloo. Tiny sizes, short sequences, the shipped sam
 from __future__ import annotations
 
 import json
-import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +19,8 @@ from pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
 from pretrain.model import RTDPretrainer, build_pretrainer, gumbel_sample, inverse_cdf_sample
 from pretrain.runlog import read_metrics
 from pretrain.train import PretrainConfig, run_pretrain
+
+from .conftest import free_port
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 SPECIAL = (PAD, CLS, SEP, MASK)
@@ -442,19 +443,13 @@ def test_cli_mlm_run_and_export_subcommand(tiny_tokenizer_dir, cache_dir, tmp_pa
     assert s["flops"] - per_step < 2e9
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_ddp_two_cpu_processes_gloo(tiny_tokenizer_dir, cache_dir, tmp_path):
     from pretrain.train import spawn_local
 
     cfg = _cfg(tiny_tokenizer_dir, tmp_path / "ddp", cache_dir, steps=3, batch_size=2, log_every=1, save_every=3)
     build_token_cache(cfg.corpus, __import__("models.text.tokenizer", fromlist=["x"]).JapaneseTokenizer.load(
         tiny_tokenizer_dir), cache_dir, progress=False)
-    spawn_local(cfg, world=2, port=_free_port())
+    spawn_local(cfg, world=2, port=free_port())
     s = json.loads((tmp_path / "ddp" / "summary.json").read_text())
     assert s["finished"] and s["world_size"] == 2 and s["steps"] == 3
     rows = read_metrics(tmp_path / "ddp")

@@ -13,11 +13,9 @@ import gzip
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -25,7 +23,7 @@ pytest.importorskip("ray")
 httpx = pytest.importorskip("httpx")
 
 from models.io.errors import DenkiError  # noqa: E402
-from tests.conftest import inquiry_rows  # noqa: E402
+from tests.conftest import free_port, inquiry_rows, wait_ready  # noqa: E402
 
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "ORT_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1",
            "RAY_DEDUP_LOGS": "0"}
@@ -44,16 +42,10 @@ def short_tmp(tmp_path_factory):
     shutil.rmtree(d, ignore_errors=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_serve_on_ray_answers_over_loopback_and_stops_on_sigterm(onnx_classifier, short_tmp, tmp_path):
     from serve.runtime import Predictor
 
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path / "serve.log", "w")
     cmd = [sys.executable, "-m", "app.cli", "serve", "--ray", "--classifier", str(onnx_classifier),
            "--port", str(port), "--num-replicas", "2", "--replica-cpus", "0.5", "--ray-temp-dir", short_tmp,
@@ -62,17 +54,11 @@ def test_serve_on_ray_answers_over_loopback_and_stops_on_sigterm(onnx_classifier
                             start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 240
-        ready = False
-        while time.time() < deadline and proc.poll() is None:
-            try:
-                if httpx.get(base + "/readyz", timeout=5).status_code == 200:
-                    ready = True
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        assert ready, (tmp_path / "serve.log").read_text(errors="replace")[-3000:]
+        log_tail = lambda: (tmp_path / "serve.log").read_text(errors="replace")[-3000:]  # noqa: E731
+        try:
+            wait_ready(base, 240, lambda: proc.poll() is None, "denki serve --ray", 1.0)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{log_tail()}") from None
         texts = [r["title"] for r in inquiry_rows(24)]
         # several requests, so both replicas answer some; int8 quantises activations per call, so the local
         # reference scores the same 4-text batches
