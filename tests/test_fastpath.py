@@ -257,3 +257,25 @@ def test_picker_path_is_torch_free(bundle):
     res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "ok" in res.stdout and "measured at load" in res.stdout
+
+
+def test_qa_bundle_gets_the_variants_and_a_record(qa_bundle, tmp_path):
+    """QA: static calibration runs on question windows, the picker times windows, auto answers with the record."""
+    from models.export.onnx import export_bundle
+    from models.text.tokenizer import JapaneseTokenizer
+    from serve.fastpath import measure, record
+    from serve.runtime import Predictor
+
+    out = tmp_path / "qa"
+    man = export_bundle(qa_bundle, out, quantize=["int8-channel", "int8-static"], min_agreement=0.0, max_drop=1.0,
+                        parity_limit=8, progress=False)
+    assert {"int8-channel", "int8-static"} <= set(man["metrics"]["variants"])
+    entry = measure(out, man, JapaneseTokenizer.load(out), threads=1, iterations=1, batch_iterations=1,
+                    batch_size=2)
+    assert sorted(c["backend"] for c in entry["candidates"]) == ["fp32", "int8-channel", "int8-static"]
+    record(out, entry, threads=1)
+    p = Predictor(out, device="cpu", threads=1)
+    assert p.backend == entry["backend"] and p.choice.startswith("recorded fastest")
+    ctx = "電気は東京で作られます。"
+    r = p.answer("どこで作られますか", ctx)
+    assert r["answer"] == ctx[r["start"]:r["end"]]

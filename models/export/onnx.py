@@ -90,8 +90,9 @@ def _quantize_int8(src_model: Path, dest: Path, per_channel: bool = False) -> No
 def _quantize_int8_static(src_model: Path, dest: Path, feeds: list[dict]) -> None:
     """Static QDQ int8 of ``src_model``: activation ranges from running ``feeds`` (MinMax calibration).
 
-    uint8 activations × int8 per-channel weights (U8S8): the combination whose CPU kernels
-    :func:`models.bundle.onnx.exact_int8_gemm` keeps exact on CPUs without VNNI, as for the dynamic variants."""
+    uint8 activations × int8 per-channel weights (U8S8), as in the dynamic variants: on CPUs without VNNI,
+    :func:`models.bundle.onnx.exact_int8_gemm`'s session option makes onnxruntime rewrite these weights to uint8
+    too (its ``Avx2WeightS8ToU8Transformer`` also covers the ``QLinearMatMul`` a QDQ graph is fused into)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     class _Feeds(CalibrationDataReader):
