@@ -44,8 +44,9 @@ class Predictor:
     ``backend``: ``auto`` — CUDA: fp16 when exported, else fp32; CPU: the fastest variant ``denki bench pick``
     recorded for this CPU fingerprint and thread count (with its spinning setting), among those that passed the
     export's parity gate; without such a record the default rule: int8 when it passed, else o2, else fp32.
-    ``fastest`` (CPU): time the passing variants now, a few calls each on the bundle's parity sample, and use the
-    fastest (costs a second or more at load; nothing is written). Or one of :data:`MODEL_FILES` by name.
+    ``fastest`` (CPU): time the passing variants now (five batch-1 and two batch-8 calls each on the bundle's
+    parity sample, spinning left as it is) and use the fastest; it costs a session per variant and a second or
+    more at load, and writes nothing. Or one of :data:`MODEL_FILES` by name.
     ``device``: ``auto``, ``cpu`` or ``cuda``. ``threads``: onnxruntime intra-op threads (default: onnxruntime's
     choice). ``spinning``: ``session.intra_op.allow_spinning`` (default: the record's choice, else onnxruntime's).
     """
@@ -112,11 +113,10 @@ class Predictor:
     def _measure_now(self) -> str:
         from serve.fastpath import measure
 
+        # spinning is not timed here: it would double the sessions opened at load; `denki bench pick` times it
         entry = measure(self.dir, self.manifest, self.tokenizer, threads=self.threads, iterations=5,
-                        batch_iterations=2, batch_size=8, spinning=self.allow_spinning is None)
+                        batch_iterations=2, batch_size=8, spinning=False)
         best = entry["candidates"][0]
-        if self.allow_spinning is None:
-            self.allow_spinning = best["allow_spinning"]
         self.choice = (f"measured at load: fastest of {len(entry['candidates'])} passing candidates "
                        f"({best['score_ms']:.2f} ms)")
         return best["backend"]
