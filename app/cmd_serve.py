@@ -112,7 +112,7 @@ def register(sub) -> None:
                     "int8-channel, int8-static; with several threads, spinning on and off) on the bundle's parity "
                     "sample, interleaved, at batch 1 and --batch-size, and record the fastest in "
                     "MODEL/fastpath.json under this CPU's fingerprint (model name + int8/SIMD flags) and thread "
-                    "count. Predictor(backend='auto') — denki classify, serve, the demo — then uses it on this CPU. "
+                    "count. Predictor(backend='auto') — denki classify and denki serve — then uses it on this CPU. "
                     "The file is not in the manifest, so the bundle's sha256 check is unaffected. Torch-free.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     pk.add_argument("--model", required=True, metavar="DIR", help="ONNX bundle (classifier or QA)")
