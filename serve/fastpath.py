@@ -10,8 +10,8 @@ fingerprint (:func:`cpu_fingerprint`); :func:`recorded_choice` is what ``Predict
 ``fastpath.json`` is not listed in the manifest — ``verify_bundle`` checks only the files the manifest lists, so
 writing it never breaks a bundle's sha256 check — and it cannot smuggle in a variant: every recorded candidate
 carries the sha256 of the file it timed, and at load a candidate is used only if that file is still the one the
-manifest lists and its parity gate passed. Writes are atomic (temporary file + rename; two machines recording into one shared bundle at the same moment
-can lose one of the two entries, never corrupt the file). Torch-free.
+manifest lists and its parity gate passed. Writes are atomic (temporary file + rename; two machines recording
+into one shared bundle at the same moment can lose one of the two entries, never corrupt the file). Torch-free.
 
 Format (``"format": 1``)::
 

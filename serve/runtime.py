@@ -13,8 +13,9 @@ decision rules are the bundle's ``task.json`` applied by the same numpy code as 
 Backends (files of an ONNX bundle): ``fp32`` (``model.onnx``), ``o2`` (ORT graph fusions), ``int8`` (dynamic
 quantisation, CPU), ``int8-channel`` (dynamic, per-channel weight scales), ``int8-static`` (static QDQ),
 ``fp16`` (for CUDA). On CPU, ``auto`` uses the fastest variant recorded for this CPU by ``denki bench pick``
-(:mod:`serve.fastpath`) when there is such a record; ``.choice`` says why a backend was chosen. Device: CUDA when a CUDA session can really be created (onnxruntime-gpu
-lists the CUDA provider even on machines without a GPU), else CPU; ``.provider`` says which was used.
+(:mod:`serve.fastpath`) when there is such a record; ``.choice`` says why a backend was chosen. Device: CUDA
+when a CUDA session can really be created (onnxruntime-gpu lists the CUDA provider even on machines without a
+GPU), else CPU; ``.provider`` says which was used.
 """
 from __future__ import annotations
 
