@@ -19,7 +19,9 @@ def register(sub) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     e.add_argument("--model", required=True, metavar="DIR", help="fine-tuned bundle (or the run dir holding bundle/)")
     e.add_argument("--out", required=True, metavar="DIR", help="output ONNX bundle directory")
-    e.add_argument("--optimize", choices=["O1", "O2", "O3"], default=None, help="ORT graph optimisation level")
+    e.add_argument("--optimize", choices=["O1", "O2", "O3"], nargs="+", default=None, metavar="LEVEL",
+                   help="ORT graph optimisation level (→ model.o2.onnx); O2 O3 writes O3 beside it "
+                        "(model.o3.onnx) for `denki bench pick` to time")
     e.add_argument("--quantize", choices=list(INT8_VARIANTS), nargs="+", default=None, metavar="VARIANT",
                    help="int8 variants for CPU, each gated on its own: int8 (dynamic, per-tensor), int8-channel "
                         "(dynamic, per-channel weights), int8-static (static QDQ, calibrated on the parity data); "
@@ -109,7 +111,7 @@ def register(sub) -> None:
     pk = bsub.add_parser(
         "pick", help="time the bundle's CPU variants on this CPU and record the fastest for backend auto",
         description="Time every CPU variant of an ONNX bundle that passed its parity gate (fp32, o2, int8, "
-                    "int8-channel, int8-static; with several threads, spinning on and off) on the bundle's parity "
+                    "o3, int8-channel, int8-static; with several threads, spinning on and off) on the bundle's parity "
                     "sample, interleaved, at batch 1 and --batch-size, and record the fastest in "
                     "MODEL/fastpath.json under this CPU's fingerprint (model name + int8/SIMD flags) and thread "
                     "count. Predictor(backend='auto') — denki classify and denki serve — then uses it on this CPU. "
@@ -130,7 +132,7 @@ def register(sub) -> None:
 def cmd_export(args) -> int:
     from models.export.onnx import export_bundle, format_parity
 
-    man = export_bundle(args.model, args.out, optimize=args.optimize, quantize=args.quantize or None, fp16=args.fp16,
+    man = export_bundle(args.model, args.out, optimize=args.optimize or None, quantize=args.quantize or None, fp16=args.fp16,
                         parity_data=args.parity_data, atol=args.atol, min_agreement=args.min_agreement,
                         max_drop=args.max_drop)
     parity = man["metrics"]["parity"]

@@ -25,8 +25,8 @@ def multi_variant(classifier_bundle, tmp_path_factory):
     from models.export.onnx import export_bundle
 
     out = tmp_path_factory.mktemp("fast") / "cls"
-    export_bundle(classifier_bundle, out, optimize="O2", quantize=ALL_INT8, min_agreement=0.8, max_drop=0.1,
-                  progress=False)
+    export_bundle(classifier_bundle, out, optimize=["O2", "O3"], quantize=ALL_INT8, min_agreement=0.8,
+                  max_drop=0.1, progress=False)
     return out
 
 
@@ -65,8 +65,10 @@ def _fail_gate(d, *variants):
 def test_export_writes_each_int8_variant_behind_its_gate(multi_variant):
     man = verify_bundle(multi_variant)
     parity = man["metrics"]["parity"]
-    assert man["metrics"]["variants"] == ["fp32", "o2", *ALL_INT8]
+    assert man["metrics"]["variants"] == ["fp32", "o2", "o3", *ALL_INT8]
     assert man["source"]["quantize"] == ALL_INT8 and "calibration" in man["source"]
+    assert man["source"]["optimize"] == ["O2", "O3"]
+    assert parity["o3"]["passed"] and parity["o3"]["max_abs_diff"] <= 1e-3  # float gate: 10× fp32's atol
     for b, f in (("int8", "model.int8.onnx"), ("int8-channel", "model.int8-channel.onnx"),
                  ("int8-static", "model.int8-static.onnx")):
         assert f in man["files"] and parity[b]["ran"] and parity[b]["passed"] is True, b
@@ -215,7 +217,7 @@ def test_bench_pick_measures_passing_variants_and_records_them(bundle, capsys):
     rec = json.loads((bundle / "fastpath.json").read_text(encoding="utf-8"))
     entry = rec["records"][cpu_fingerprint()["key"]]["by_threads"]["1"]
     timed = [c["backend"] for c in entry["candidates"]]
-    assert sorted(timed) == sorted(["fp32", "o2", "int8", "int8-channel"])  # the failing one is not timed
+    assert sorted(timed) == sorted(["fp32", "o2", "o3", "int8", "int8-channel"])  # the failing one is not timed
     assert [c["score_ms"] for c in entry["candidates"]] == sorted(c["score_ms"] for c in entry["candidates"])
     assert all(c["allow_spinning"] is None for c in entry["candidates"])  # one thread: spinning is moot
     assert entry["backend"] == timed[0]

@@ -8,16 +8,17 @@ import os
 
 from models.io.errors import DenkiError
 
-#: backend name → file. ``int8`` is dynamic per-tensor int8 (what every bundle before the fast-path picker has);
+#: backend name → file. ``o2`` holds the graph of the one ``--optimize`` level asked for (O1, O2 or O3); ``o3``
+#: is O3 written beside it (``--optimize O2 O3``). ``int8`` is dynamic per-tensor int8 (what every bundle before the fast-path picker has);
 #: ``int8-channel`` dynamic with per-channel weight scales; ``int8-static`` static QDQ int8 (activation scales
 #: calibrated at export). Old bundles only hold the first four names, which keep their files.
-MODEL_FILES = {"fp32": "model.onnx", "o2": "model.o2.onnx", "int8": "model.int8.onnx",
+MODEL_FILES = {"fp32": "model.onnx", "o2": "model.o2.onnx", "o3": "model.o3.onnx", "int8": "model.int8.onnx",
                "int8-channel": "model.int8-channel.onnx", "int8-static": "model.int8-static.onnx",
                "fp16": "model.fp16.onnx"}
 #: the variants quantised to int8 (gated on prediction agreement / metric drop, like fp16)
 INT8_VARIANTS = ("int8", "int8-channel", "int8-static")
 #: the variants a CPU session runs (fp16 is for CUDA: the CPU provider lacks most fp16 kernels)
-CPU_VARIANTS = ("fp32", "o2") + INT8_VARIANTS
+CPU_VARIANTS = ("fp32", "o2", "o3") + INT8_VARIANTS
 
 
 def passed_gate(manifest: dict, backend: str) -> bool:

@@ -5,7 +5,9 @@ Steps (all written into ``OUT.partial``, renamed to ``OUT`` only when every gate
 1. ``optimum.exporters.onnx.main_export`` (tasks ``text-classification`` / ``question-answering``) → ``model.onnx``
    (fp32; loads in ``optimum.onnxruntime.ORTModelFor…`` as well);
 2. ``--optimize O2``: ORT transformer fusions (optimum maps electra to the bert fusions; BERT bundles from
-   ``denki import`` use them directly) → ``model.o2.onnx``;
+   ``denki import`` use them directly) → ``model.o2.onnx`` (whatever the level, as bundles always had it);
+   ``--optimize O2 O3`` also writes O3 (O2 + approximate GELU) beside it → ``model.o3.onnx``, so that
+   ``denki bench pick`` can time both on a CPU;
 3. ``--quantize int8``: dynamic int8 quantisation for CPU (of the O2 graph when present; that needs
    ``DefaultTensorType=FLOAT``, which optimum's quantizer cannot pass, so onnxruntime's ``quantize_dynamic`` is
    called directly) → ``model.int8.onnx``; more int8 variants may be asked for beside it (``--quantize int8
@@ -287,8 +289,8 @@ def _gate(parity: dict, atol: float, min_agreement: float, max_drop: float) -> d
         r = parity.get(b)
         if not r or not r.get("ran"):
             continue
-        if b in ("fp32", "o2"):
-            # O2 fusions reorder float sums: allow them 10× the fp32 tolerance
+        if b in ("fp32", "o2", "o3"):
+            # O2/O3 fusions reorder float sums (O3 also approximates GELU): allow them 10× the fp32 tolerance
             tol = atol if b == "fp32" else atol * 10
             r["passed"] = r["max_abs_diff"] <= tol
             r["gate"] = f"max_abs_diff <= {tol:g}"
@@ -349,8 +351,17 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
     parent = verify_bundle(src, kinds=tuple(TASKS))
     kind = parent["kind"]
     hf_task, onnx_kind = TASKS[kind]
-    if optimize not in (None, "O1", "O2", "O3"):
-        raise DenkiError(f"--optimize {optimize!r}: choose O1, O2 or O3")
+    levels = list(dict.fromkeys([optimize] if isinstance(optimize, str) else list(optimize or [])))
+    bad = [lv for lv in levels if lv not in ("O1", "O2", "O3")]
+    if bad:
+        raise DenkiError(f"--optimize {' '.join(map(str, bad))}: choose O1, O2 or O3")
+    if len(levels) > 2 or (len(levels) == 2 and "O3" not in levels):
+        raise DenkiError(f"--optimize {' '.join(levels)}: one level (→ model.o2.onnx), or O1/O2 plus O3 "
+                         "(→ model.o2.onnx and model.o3.onnx)")
+    # {variant: level}: the single (or lower) level keeps the o2 name and file; O3 beside another gets its own
+    opt = {"o2": min(levels)} if levels else {}
+    if len(levels) == 2:
+        opt["o3"] = "O3"
     quants = [quantize] if isinstance(quantize, str) else list(quantize or [])
     bad = [q for q in quants if q not in INT8_VARIANTS]
     if bad:
@@ -366,7 +377,7 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
         shutil.rmtree(tmp)
     work = tmp / "_work"
     work.mkdir(parents=True)
-    steps = ["export fp32"] + (["optimize " + optimize] if optimize else []) + \
+    steps = ["export fp32"] + [f"optimize {lv}" for lv in opt.values()] + \
             [f"quantize {q}" for q in quants] + (["fp16"] if fp16 else []) + ["parity gate", "write bundle"]
     bar = tqdm(total=len(steps), desc="export", unit="step", disable=not progress)
     timings = {}
@@ -388,11 +399,11 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
         shutil.copyfile(tmp / "model.onnx", work / "model.onnx")
         done("export fp32")
         files = {"fp32": tmp / "model.onnx"}
-        if optimize:
-            step("optimize " + optimize)
-            _optimize(work, optimize, False, tmp / "model.o2.onnx")
-            files["o2"] = tmp / "model.o2.onnx"
-            done("optimize " + optimize)
+        for b, lv in opt.items():
+            step("optimize " + lv)
+            _optimize(work, lv, False, tmp / MODEL_FILES[b])
+            files[b] = tmp / MODEL_FILES[b]
+            done("optimize " + lv)
         tok = JapaneseTokenizer.load(src)
         data = _load_parity(src, kind, parity_data, task, parity_limit)
         for q in quants:
@@ -448,7 +459,7 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
         manifest = write_manifest(tmp, onnx_kind, source={
             "parent": {"path": str(src), "kind": kind, "created": parent_manifest.get("created"),
                        "model_sha256": parent_manifest.get("files", {}).get("model.safetensors")},
-            "command": command_line(), "optimize": optimize,
+            "command": command_line(), "optimize": (levels[0] if len(levels) == 1 else levels) or None,
             # one variant: its name, as bundles before several int8 variants recorded it
             "quantize": (quants[0] if len(quants) == 1 else quants) or None, "fp16": fp16,
             **({"calibration": "int8-static: MinMax on the first 64 texts (QA: 16 questions) of the parity "
