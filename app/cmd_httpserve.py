@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from app.cmd_serve import BACKENDS
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -20,7 +22,8 @@ def register(sub) -> None:
     p.add_argument("--qa", metavar="DIR", help="ONNX QA bundle")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 exposes it to the network)")
     p.add_argument("--port", type=int, default=8080, help="TCP port")
-    p.add_argument("--backend", default="auto", choices=["auto", "fp32", "o2", "int8", "fp16"])
+    p.add_argument("--backend", default="auto", choices=BACKENDS,
+                   help="auto: the fastest variant `denki bench pick` recorded for this CPU, else int8/o2/fp32")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads per model")
     g = p.add_argument_group("micro-batching")

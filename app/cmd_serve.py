@@ -1,7 +1,13 @@
-"""`denki export`, `denki classify` (batch scoring) and `denki bench latency`."""
+"""`denki export`, `denki classify` (batch scoring), `denki bench latency` and `denki bench pick`."""
 from __future__ import annotations
 
 import argparse
+
+from models.bundle.onnx import INT8_VARIANTS, MODEL_FILES
+
+#: --backend choices of the commands that load a Predictor (`auto`: the recorded fastest on this CPU, else the
+#: default rule; `fastest`: measured at load)
+BACKENDS = ["auto", "fastest", *MODEL_FILES]
 
 
 def register(sub) -> None:
@@ -13,8 +19,13 @@ def register(sub) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     e.add_argument("--model", required=True, metavar="DIR", help="fine-tuned bundle (or the run dir holding bundle/)")
     e.add_argument("--out", required=True, metavar="DIR", help="output ONNX bundle directory")
-    e.add_argument("--optimize", choices=["O1", "O2", "O3"], default=None, help="ORT graph optimisation level")
-    e.add_argument("--quantize", choices=["int8"], default=None, help="dynamic int8 quantisation for CPU")
+    e.add_argument("--optimize", choices=["O1", "O2", "O3"], nargs="+", default=None, metavar="LEVEL",
+                   help="ORT graph optimisation level (→ model.o2.onnx); O2 O3 writes O3 beside it "
+                        "(model.o3.onnx) for `denki bench pick` to time")
+    e.add_argument("--quantize", choices=list(INT8_VARIANTS), nargs="+", default=None, metavar="VARIANT",
+                   help="int8 variants for CPU, each gated on its own: int8 (dynamic, per-tensor), int8-channel "
+                        "(dynamic, per-channel weights), int8-static (static QDQ, calibrated on the parity data); "
+                        "`denki bench pick` then records which is fastest on a CPU")
     e.add_argument("--fp16", action="store_true", help="also write an fp16 graph for CUDA")
     e.add_argument("--parity-data", metavar="FILE",
                    help="dev data for the parity gate (default: the sample stored in the bundle)")
@@ -44,7 +55,8 @@ def register(sub) -> None:
     c.add_argument("--batch-size", type=int, default=64)
     c.add_argument("--errors", default=None, metavar="FILE", help="errors file (default: OUTPUT.errors.jsonl)")
     c.add_argument("--resume", action="store_true", help="continue an interrupted run")
-    c.add_argument("--backend", default="auto", choices=["auto", "fp32", "o2", "int8", "fp16"])
+    c.add_argument("--backend", default="auto", choices=BACKENDS,
+                   help="auto: the fastest variant `denki bench pick` recorded for this CPU, else int8/o2/fp32")
     c.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     c.add_argument("--workers", type=int, default=None, metavar="N",
                    help="cores to use (default: all this process may run on). Reading/tokenising, the model "
@@ -75,7 +87,8 @@ def register(sub) -> None:
     r.add_argument("--ray-temp-dir", default=None, metavar="DIR", help="temp dir of the local Ray instance")
     c.set_defaults(func=cmd_classify)
 
-    b = sub.add_parser("bench", help="benchmarks (latency)", description="Benchmark commands.")
+    b = sub.add_parser("bench", help="benchmarks (latency; pick the fastest CPU variant)",
+                       description="Benchmark commands.")
     b.set_defaults(_group_parser=b)
     bsub = b.add_subparsers(dest="bench_command", metavar="WHAT")
     lat = bsub.add_parser(
@@ -95,11 +108,31 @@ def register(sub) -> None:
     lat.add_argument("--threads", type=int, default=None, help="threads for torch and onnxruntime")
     lat.set_defaults(func=cmd_bench_latency)
 
+    pk = bsub.add_parser(
+        "pick", help="time the bundle's CPU variants on this CPU and record the fastest for backend auto",
+        description="Time every CPU variant of an ONNX bundle that passed its parity gate (fp32, o2, int8, "
+                    "o3, int8-channel, int8-static; with several threads, spinning on and off) on the bundle's parity "
+                    "sample, interleaved, at batch 1 and --batch-size, and record the fastest in "
+                    "MODEL/fastpath.json under this CPU's fingerprint (model name + int8/SIMD flags) and thread "
+                    "count. Predictor(backend='auto') — denki classify and denki serve — then uses it on this CPU. "
+                    "The file is not in the manifest, so the bundle's sha256 check is unaffected. Torch-free.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    pk.add_argument("--model", required=True, metavar="DIR", help="ONNX bundle (classifier or QA)")
+    pk.add_argument("--threads", type=int, nargs="+", default=[1, 0], metavar="T",
+                    help="intra-op thread counts to record, one entry each (0 = onnxruntime's default, what "
+                         "`denki serve` uses; 1 = what each `denki classify` model call uses)")
+    pk.add_argument("--iterations", type=int, default=20, help="timed batch-1 calls per candidate")
+    pk.add_argument("--batch-iterations", type=int, default=5, help="timed batch calls per candidate")
+    pk.add_argument("--batch-size", type=int, default=32, help="rows per batch call")
+    pk.add_argument("--no-spinning", action="store_true", help="do not time spinning on/off (onnxruntime default)")
+    pk.add_argument("--dry-run", action="store_true", help="print the timings, record nothing")
+    pk.set_defaults(func=cmd_bench_pick)
+
 
 def cmd_export(args) -> int:
     from models.export.onnx import export_bundle, format_parity
 
-    man = export_bundle(args.model, args.out, optimize=args.optimize, quantize=args.quantize, fp16=args.fp16,
+    man = export_bundle(args.model, args.out, optimize=args.optimize or None, quantize=args.quantize or None, fp16=args.fp16,
                         parity_data=args.parity_data, atol=args.atol, min_agreement=args.min_agreement,
                         max_drop=args.max_drop)
     parity = man["metrics"]["parity"]
@@ -150,4 +183,30 @@ def cmd_bench_latency(args) -> int:
                         batch_iterations=args.batch_iterations, threads=args.threads)
     print(to_markdown(res))
     print(f"bench: wrote {out}/latency.json, latency.md, latency.png")
+    return 0
+
+
+def cmd_bench_pick(args) -> int:
+    from models.bundle.format import verify_bundle
+    from models.text.tokenizer import JapaneseTokenizer
+    from serve.fastpath import cpu_fingerprint, format_entry, measure, record
+    from serve.runtime import ONNX_KINDS, resolve_onnx_bundle
+
+    bundle = resolve_onnx_bundle(args.model)
+    man = verify_bundle(bundle, kinds=ONNX_KINDS)  # time only files that are the ones the gate passed
+    tok = JapaneseTokenizer.load(bundle)
+    fp = cpu_fingerprint()
+    print(f"bench pick: {bundle} on {fp['key']}")
+    for t in dict.fromkeys(args.threads):  # in order, duplicates dropped
+        threads = t or None
+        entry = measure(bundle, man, tok, threads=threads, iterations=args.iterations,
+                        batch_iterations=args.batch_iterations, batch_size=args.batch_size,
+                        spinning=not args.no_spinning)
+        print(format_entry(entry, threads))
+        best = entry["candidates"][0]
+        if not args.dry_run:
+            path = record(bundle, entry, threads, fp)
+            print(f"  → recorded {best['backend']} in {path}")
+    if entry.get("load_average"):
+        print(f"load average while timing: {entry['load_average']}")
     return 0

@@ -21,8 +21,9 @@ from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS, Predictor, _cuda_us
 HUMAN_JA = "担当者へ"
 NO_ANSWER_JA = "回答なし"
 DEFAULT_DIRS = {"classifier": "runs/quickstart/classifier-onnx", "qa": "runs/quickstart/qa-onnx"}
-BACKEND_LABELS = {"int8": "ORT int8 (CPU)", "o2": "ORT O2 (CPU)", "fp32": "ORT fp32 (CPU)", "fp16": "CUDA fp16",
-                  "cuda-fp32": "CUDA fp32"}
+BACKEND_LABELS = {"int8": "ORT int8 (CPU)", "int8-channel": "ORT int8 per-channel (CPU)",
+                  "int8-static": "ORT int8 static QDQ (CPU)", "o2": "ORT O2 (CPU)", "fp32": "ORT fp32 (CPU)",
+                  "fp16": "CUDA fp16", "cuda-fp32": "CUDA fp32"}
 
 
 class DemoModels:
@@ -54,7 +55,7 @@ class DemoModels:
         from serve.runtime import resolve_onnx_bundle
 
         have = [b for b, f in MODEL_FILES.items() if (resolve_onnx_bundle(d) / f).is_file()]
-        out = [BACKEND_LABELS[b] for b in ("int8", "o2", "fp32") if b in have]
+        out = [BACKEND_LABELS[b] for b in ("int8", "int8-channel", "int8-static", "o2", "fp32") if b in have]
         if self.cuda:
             out = [BACKEND_LABELS["fp16"] if "fp16" in have else BACKEND_LABELS["cuda-fp32"]] + out
         preferred = {"int8": "ORT int8", "o2": "ORT O2", "fp32": "ORT fp32", "cuda": "CUDA"}.get(self.prefer)

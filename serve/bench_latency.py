@@ -1,6 +1,7 @@
 """`denki bench latency`: p50/p95/p99 latency and throughput of every way to run a classifier, in one process.
 
-Rows: PyTorch eager fp32 (the same weights, from the parent bundle), ORT fp32, ORT O2, ORT int8, CUDA fp16 (when
+Rows: PyTorch eager fp32 (the same weights, from the parent bundle), ORT fp32, ORT O2, ORT int8 (and the
+``int8-channel`` / ``int8-static`` variants when exported), CUDA fp16 (when
 a GPU is usable), and what a user would otherwise write — optimum's ``ORTModelForSequenceClassification`` inside a
 transformers ``pipeline`` on the same ``model.onnx``. Scenarios: batch 1 and batch 32, short (~32 tokens) and long
 (128 tokens) inputs. Model rows time the model call on pre-tokenised, padded inputs; tokenisation is timed
@@ -8,6 +9,8 @@ separately; the two end-to-end rows (denki ``Predictor.classify`` vs the optimum
 Backends are interleaved call by call (the machine is noisy) and warm-up calls are excluded.
 
 Writes ``OUT/latency.json``, ``OUT/latency.md`` and ``OUT/latency.png``. Torch/optimum are imported inside.
+This is the report for people; what the runtime's ``auto`` backend uses is ``denki bench pick``
+(:mod:`serve.fastpath`), torch-free and restricted to the variants that passed their gate.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from models.bundle.format import read_manifest
+from models.bundle.onnx import CPU_VARIANTS
 from models.io.errors import DenkiError
 from models.io.fileio import atomic_write_json, atomic_write_text
 
@@ -75,7 +79,7 @@ def bench_latency(model_dir: str, out_dir: str, *, texts: str | None = None, tor
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     backends = {}
-    for b in ("fp32", "o2", "int8"):
+    for b in CPU_VARIANTS:  # every CPU variant the bundle holds (fp32, o2, and each int8 variant)
         try:
             backends[f"ORT {b}"] = Predictor(bundle, backend=b, device="cpu", threads=threads)
         except DenkiError:

@@ -11,8 +11,11 @@ decision rules are the bundle's ``task.json`` applied by the same numpy code as 
 (:mod:`models.classify.decision`, :mod:`models.qa.postprocess`).
 
 Backends (files of an ONNX bundle): ``fp32`` (``model.onnx``), ``o2`` (ORT graph fusions), ``int8`` (dynamic
-quantisation, CPU), ``fp16`` (for CUDA). Device: CUDA when a CUDA session can really be created (onnxruntime-gpu
-lists the CUDA provider even on machines without a GPU), else CPU; ``.provider`` says which was used.
+quantisation, CPU), ``int8-channel`` (dynamic, per-channel weight scales), ``int8-static`` (static QDQ),
+``fp16`` (for CUDA). On CPU, ``auto`` uses the fastest variant recorded for this CPU by ``denki bench pick``
+(:mod:`serve.fastpath`) when there is such a record; ``.choice`` says why a backend was chosen. Device: CUDA
+when a CUDA session can really be created (onnxruntime-gpu lists the CUDA provider even on machines without a
+GPU), else CPU; ``.provider`` says which was used.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from models.bundle.format import read_manifest, read_task, resolve_bundle, verify_bundle
-from models.bundle.onnx import MODEL_FILES, import_ort, open_session
+from models.bundle.onnx import MODEL_FILES, import_ort, open_session, passed_gate
 from models.io.errors import DenkiError
 from models.text.tokenizer import JapaneseTokenizer
 
@@ -39,13 +42,18 @@ resolve_onnx_bundle = resolve_bundle  # a bundle dir, or `denki export --out` ho
 class Predictor:
     """ONNX predictor for a classifier or QA bundle (see module docstring).
 
-    ``backend``: ``auto`` (CUDA: fp16 when exported, else fp32; CPU: int8 when it passed the export's parity
-    gate, else o2, else fp32) or one of ``fp32``, ``o2``, ``int8``, ``fp16``. ``device``: ``auto``, ``cpu`` or
-    ``cuda``. ``threads``: onnxruntime intra-op threads (default: onnxruntime's choice).
+    ``backend``: ``auto`` — CUDA: fp16 when exported, else fp32; CPU: the fastest variant ``denki bench pick``
+    recorded for this CPU fingerprint and thread count (with its spinning setting), among those that passed the
+    export's parity gate; without such a record the default rule: int8 when it passed, else o2, else fp32.
+    ``fastest`` (CPU): time the passing variants now (five batch-1 and two batch-8 calls each on the bundle's
+    parity sample, spinning left as it is) and use the fastest; it costs a session per variant and a second or
+    more at load, and writes nothing. Or one of :data:`MODEL_FILES` by name.
+    ``device``: ``auto``, ``cpu`` or ``cuda``. ``threads``: onnxruntime intra-op threads (default: onnxruntime's
+    choice). ``spinning``: ``session.intra_op.allow_spinning`` (default: the record's choice, else onnxruntime's).
     """
 
     def __init__(self, bundle_dir: str | os.PathLike, *, backend: str = "auto", device: str = "auto",
-                 threads: int | None = None, verify: bool = True):
+                 threads: int | None = None, verify: bool = True, spinning: bool | None = None):
         self.dir = resolve_onnx_bundle(bundle_dir)
         self.manifest = verify_bundle(self.dir, kinds=ONNX_KINDS) if verify else read_manifest(self.dir)
         self.kind = self.manifest["kind"]
@@ -58,17 +66,21 @@ class Predictor:
         if device not in ("auto", "cpu", "cuda"):
             raise DenkiError(f"unknown device {device!r}; choose auto, cpu or cuda")
         self.device = "cuda" if device == "cuda" or (device == "auto" and _cuda_usable()) else "cpu"
+        self.threads = threads
+        self.allow_spinning = spinning
+        self.choice = "asked for by name"
         self.backend = self._choose_backend(backend, available)
         self.model_file = self.dir / available[self.backend]
-        self.session, self.provider = open_session(self.model_file, self.device, threads)
+        self.session, self.provider = open_session(self.model_file, self.device, threads,
+                                                   allow_spinning=self.allow_spinning)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.last_timing: dict[str, float] = {}
 
     def _choose_backend(self, backend: str, available: dict) -> str:
-        if backend != "auto":
+        if backend not in ("auto", "fastest"):
             if backend not in MODEL_FILES:
-                raise DenkiError(f"unknown backend {backend!r}; choose auto, {', '.join(MODEL_FILES)}")
+                raise DenkiError(f"unknown backend {backend!r}; choose auto, fastest, {', '.join(MODEL_FILES)}")
             if backend not in available:
                 lo = next((x for x in self.manifest.get("metrics", {}).get("left_out", []) or []
                            if x.get("variant") == backend), None)
@@ -79,15 +91,42 @@ class Predictor:
                                  f" re-export with the matching `denki export` option")
             return backend
         if self.device == "cuda":
+            self.choice = "default rule on CUDA: fp16 when exported, else fp32"
             return "fp16" if "fp16" in available else "fp32"
-        parity = self.manifest.get("metrics", {}).get("parity", {})
-        if "int8" in available and parity.get("int8", {}).get("passed", False):
+        if backend == "fastest":
+            return self._measure_now()
+        from serve.fastpath import recorded_choice
+
+        picked, why = recorded_choice(self.dir, self.manifest, available, self.threads)
+        if picked is not None:
+            self.choice = why
+            if self.allow_spinning is None:  # the caller's explicit setting wins over the record's
+                self.allow_spinning = picked.get("allow_spinning")
+            return picked["backend"]
+        # default rule (bundles without a record, or none for this CPU): dynamic int8 when it passed its gate
+        if "int8" in available and passed_gate(self.manifest, "int8"):
+            self.choice = f"default rule: int8 passed its parity gate ({why})"
             return "int8"
-        return "o2" if "o2" in available else "fp32"
+        b = "o2" if "o2" in available else "fp32"
+        self.choice = f"default rule: no passing int8, {b} ({why})"
+        return b
+
+    def _measure_now(self) -> str:
+        from serve.fastpath import measure
+
+        # spinning is not timed here: it would double the sessions opened at load; `denki bench pick` times it
+        entry = measure(self.dir, self.manifest, self.tokenizer, threads=self.threads, iterations=5,
+                        batch_iterations=2, batch_size=8, spinning=False)
+        best = entry["candidates"][0]
+        self.choice = (f"measured at load: fastest of {len(entry['candidates'])} passing candidates "
+                       f"({best['score_ms']:.2f} ms)")
+        return best["backend"]
 
     # ------------------------------------------------------------------ core
     def describe(self) -> str:
-        return f"{self.kind} · backend {self.backend} ({self.model_file.name}) · {self.provider}"
+        spin = "" if self.allow_spinning is None else f", spinning {'on' if self.allow_spinning else 'off'}"
+        return (f"{self.kind} · backend {self.backend} ({self.model_file.name}{spin}) · {self.provider} · "
+                f"chosen: {self.choice}")
 
     def run(self, batch: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run the session on a padded batch (``input_ids``/``attention_mask``/``token_type_ids``, int64

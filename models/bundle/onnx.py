@@ -8,7 +8,26 @@ import os
 
 from models.io.errors import DenkiError
 
-MODEL_FILES = {"fp32": "model.onnx", "o2": "model.o2.onnx", "int8": "model.int8.onnx", "fp16": "model.fp16.onnx"}
+#: backend name → file. ``o2`` holds the graph of the one ``--optimize`` level asked for (O1, O2 or O3); ``o3``
+#: is O3 written beside it (``--optimize O2 O3``). ``int8`` is dynamic per-tensor int8 (what every bundle before the fast-path picker has);
+#: ``int8-channel`` dynamic with per-channel weight scales; ``int8-static`` static QDQ int8 (activation scales
+#: calibrated at export). Old bundles only hold the first four names, which keep their files.
+MODEL_FILES = {"fp32": "model.onnx", "o2": "model.o2.onnx", "o3": "model.o3.onnx", "int8": "model.int8.onnx",
+               "int8-channel": "model.int8-channel.onnx", "int8-static": "model.int8-static.onnx",
+               "fp16": "model.fp16.onnx"}
+#: the variants quantised to int8 (gated on prediction agreement / metric drop, like fp16)
+INT8_VARIANTS = ("int8", "int8-channel", "int8-static")
+#: the variants a CPU session runs (fp16 is for CUDA: the CPU provider lacks most fp16 kernels)
+CPU_VARIANTS = ("fp32", "o2", "o3") + INT8_VARIANTS
+
+
+def passed_gate(manifest: dict, backend: str) -> bool:
+    """True only when the export's parity gate ran for ``backend`` on this bundle and passed.
+
+    A variant that was not checked (``ran: false``) or has no parity entry is not trusted: every automatic
+    choice (the default rule, a recorded or measured fastest variant) is made among passing variants only."""
+    r = manifest.get("metrics", {}).get("parity", {}).get(backend) or {}
+    return bool(r.get("ran")) and r.get("passed") is True
 
 
 def import_ort():
@@ -48,10 +67,12 @@ def exact_int8_gemm() -> bool:
     return _EXACT_INT8
 
 
-def open_session(path: str | os.PathLike, device: str, threads: int | None):
+def open_session(path: str | os.PathLike, device: str, threads: int | None, *, allow_spinning: bool | None = None):
     """Create an InferenceSession; for ``cuda`` fall back to CPU when CUDA cannot really be used.
 
-    Returns ``(session, provider)``."""
+    ``allow_spinning``: onnxruntime's ``session.intra_op.allow_spinning`` (``None``: its default, spinning on).
+    Spinning intra-op threads answer the next call sooner but burn a core while idle — which wins depends on
+    the CPU and the load, so the fast-path picker measures both. Returns ``(session, provider)``."""
     ort = import_ort()
     so = ort.SessionOptions()
     so.log_severity_level = 3  # the CUDA probe on a CPU machine logs errors we handle ourselves
@@ -61,6 +82,8 @@ def open_session(path: str | os.PathLike, device: str, threads: int | None):
     if threads:
         so.intra_op_num_threads = int(threads)
         so.inter_op_num_threads = 1
+    if allow_spinning is not None:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
     providers = ["CPUExecutionProvider"]
     if device == "cuda":
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
