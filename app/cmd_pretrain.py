@@ -7,7 +7,7 @@ import os
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "pretrain", help="pretrain an ELECTRA discriminator (or an MLM baseline) on a corpus",
+        "pretrain", help="pretrain an ELECTRA discriminator or an MLM encoder on a corpus",
         description="Pretrain on a Japanese corpus (UTF-8 .txt/.gz, one paragraph per line) with ELECTRA "
                     "replaced-token detection (generator + discriminator, shared embeddings) or BERT-style MLM on "
                     "the same encoder, until --steps or --max-flops is reached. Re-running the same command on "
@@ -31,8 +31,11 @@ def register(sub) -> None:
     p.add_argument("--gen-layers", type=int, default=None,
                    help="--gen-init copy: generator depth (default: a quarter of the discriminator's layers, ≥ 1)")
     p.add_argument("--size", choices=("tiny", "small", "base"), default="tiny")
-    p.add_argument("--objective", choices=("electra", "mlm", "electra15"), default="electra",
-                   help="electra15 = the paper's 'ELECTRA 15%%' ablation (disc loss on masked positions only)")
+    p.add_argument("--objective", choices=("electra", "mlm", "electra15"), default=None,
+                   help="default: mlm for --size tiny (at CPU budgets ≤ 2e14 FLOPs a tiny ELECTRA fine-tunes below "
+                        "random init, MLM at or above it: docs/results.md), electra for small/base and with "
+                        "--init-from. electra15 = the paper's 'ELECTRA 15%%' ablation (disc loss on masked "
+                        "positions only)")
     p.add_argument("--out", metavar="DIR", help="run directory (checkpoints, metrics, bundle)")
     p.add_argument("--max-flops", type=float, default=None, metavar="F",
                    help="stop when cumulative training FLOPs reach F (e.g. 3.5e13)")
@@ -79,10 +82,20 @@ def cmd_pretrain(args) -> int:
         missing.append("--tokenizer (or --init-from)")
     if missing:
         raise DenkiError(f"pretrain needs {', '.join(missing)} (see `denki pretrain --help`)")
-    from pretrain.train import PretrainConfig, run_pretrain
+    import sys
 
+    from pretrain.train import PretrainConfig, default_objective, run_pretrain
+
+    objective = args.objective
+    if objective is None:
+        objective = default_objective(args.size, args.init_from)
+        if int(os.environ.get("RANK", "0")) == 0:
+            why = ("--init-from" if args.init_from else
+                   f"--size {args.size}" + (": a tiny ELECTRA fine-tunes below random init at CPU budgets, "
+                                            "docs/results.md" if objective == "mlm" else ""))
+            print(f"pretrain: objective {objective} (the default for {why}; --objective to choose)", file=sys.stderr)
     cfg = PretrainConfig(
-        corpus=list(args.corpus), tokenizer=args.tokenizer, out=args.out, size=args.size, objective=args.objective,
+        corpus=list(args.corpus), tokenizer=args.tokenizer, out=args.out, size=args.size, objective=objective,
         max_flops=args.max_flops, steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
         seed=args.seed, device=args.device, mask_prob=args.mask_prob, gen_size=args.gen_size,
         disc_weight=args.disc_weight, share_embeddings=args.embeddings == "shared", dropout=args.dropout,

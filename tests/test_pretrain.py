@@ -409,6 +409,14 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_tokenizer_dir, cache
     assert [p.name for p in ck.list_checkpoints(cfg.out)] == ["step-00000002"]
 
 
+def test_default_objective_per_size():
+    from pretrain.train import default_objective
+
+    assert default_objective("tiny") == "mlm"
+    assert default_objective("small") == "electra" and default_objective("base") == "electra"
+    assert default_objective("tiny", init_from="runs/imported") == "electra"  # an imported discriminator: RTD
+
+
 def test_cli_mlm_run_and_export_subcommand(tiny_tokenizer_dir, cache_dir, tmp_path, capsys):
     from transformers import AutoModel, ElectraForSequenceClassification
 
@@ -432,13 +440,15 @@ def test_cli_mlm_run_and_export_subcommand(tiny_tokenizer_dir, cache_dir, tmp_pa
     # missing arguments: a clear error, no traceback
     assert main(["pretrain", "--out", str(tmp_path / "x")]) == 2
     assert "--corpus" in capsys.readouterr().err
-    # a budget in FLOPs: stops as soon as the cumulative count reaches it
+    # a budget in FLOPs: stops as soon as the cumulative count reaches it; no --objective: tiny defaults to MLM
+    # (the measured choice at CPU budgets, pretrain.train.DEFAULT_OBJECTIVE) and says so
     out2 = tmp_path / "budget"
-    rc = main(["pretrain", "--corpus", str(SAMPLE_CORPUS), "--tokenizer", str(tiny_tokenizer_dir), "--objective",
-               "mlm", "--out", str(out2), "--max-flops", "2e9", "--batch-size", "4", "--seq-len", "32", "--device",
+    rc = main(["pretrain", "--corpus", str(SAMPLE_CORPUS), "--tokenizer", str(tiny_tokenizer_dir),
+               "--out", str(out2), "--max-flops", "2e9", "--batch-size", "4", "--seq-len", "32", "--device",
                "cpu", "--cache-dir", str(cache_dir), "--no-export"])
     s = json.loads((out2 / "summary.json").read_text())
     assert rc == 0 and s["flops"] >= 2e9 and s["steps"] >= 2
+    assert s["objective"] == "mlm" and "objective mlm (the default for --size tiny" in capsys.readouterr().err
     per_step = s["flops"] / s["steps"]
     assert s["flops"] - per_step < 2e9
 
