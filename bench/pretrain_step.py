@@ -7,6 +7,9 @@ hit every variant alike):
 * ``mlm``   — denki's ``MLMPretrainer`` (BERT-style MLM on the discriminator-size encoder);
 * ``naive`` — a naive RTD reference: the generator has its own embeddings (no sharing) and computes LM-head
   logits at every position (``B·L·V``), the loss is then gathered at the masked positions.
+* ``rtd-nodrop`` / ``mlm-nodrop`` (opt-in, ``--variants rtd,mlm,rtd-nodrop,mlm-nodrop``) — the same with dropout 0
+  everywhere: not a recipe, a measurement of how much of the RTD/MLM time ratio is dropout's random numbers (the
+  generator has its own dropout layers, and CPU Bernoulli draws cost ≈ 6–8 ns per element).
 
 Each timed step = masking + forward + backward + AdamW step. Reported: seconds per step (median), tokens/s,
 analytic GFLOP per step, ratios to MLM, and peak memory (CUDA: ``max_memory_allocated``; CPU: peak RSS of a
@@ -74,6 +77,11 @@ def naive_flops(d, g, B, L, M):
 
 
 def build(variant, d, g, device):
+    if variant.endswith("-nodrop"):
+        variant = variant[:-len("-nodrop")]
+        nod = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        d = type(d).from_dict({**d.to_dict(), **nod})
+        g = type(g).from_dict({**g.to_dict(), **nod})
     if variant == "rtd":
         m = build_pretrainer("electra", d, g)
     elif variant == "mlm":
@@ -94,7 +102,7 @@ def make_batch(B, L, V, device, seed=0):
 
 def one_step(variant, m, opt, ids, am, V, amp):
     mk = mask_tokens(ids, mask_prob=0.15, mask_id=4, special_ids=SPECIAL, vocab_size=V,
-                     split=BERT_SPLIT if variant == "mlm" else ELECTRA_SPLIT)
+                     split=BERT_SPLIT if variant.startswith("mlm") else ELECTRA_SPLIT)
     with amp():
         out = m(ids, mk.input_ids, mk.positions, am)
     out["loss"].backward()
@@ -200,13 +208,15 @@ def main() -> int:
     for v in variants:
         s = statistics.median(times[v])
         M = masked[v]
-        fl = naive_flops(d, g, B, L, M) if v == "naive" else step_flops("electra" if v == "rtd" else "mlm", d, g, B,
-                                                                          L, M)
+        fl = naive_flops(d, g, B, L, M) if v == "naive" else step_flops(
+            "electra" if v.startswith("rtd") else "mlm", d, g, B, L, M)
         rows[v] = {"s_per_step": s, "tokens_per_s": B * L / s, "gflop_per_step": fl / 1e9,
                    "achieved_gflop_s": fl / 1e9 / s, "peak_mem_mib": peak.get(v)}
     base = rows.get("mlm", {}).get("s_per_step")
     for v in rows:
         rows[v]["time_vs_mlm"] = rows[v]["s_per_step"] / base if base else None
+    if "rtd-nodrop" in rows and "mlm-nodrop" in rows:  # the ratio with dropout's RNG cost removed from both
+        rows["rtd-nodrop"]["nodrop_ratio"] = rows["rtd-nodrop"]["s_per_step"] / rows["mlm-nodrop"]["s_per_step"]
     result = {"size": args.size, "batch": B, "seq_len": L, "vocab": V, "device": str(device), "bf16": bf16,
               "threads": torch.get_num_threads(), "steps": args.steps, "torch": torch.__version__,
               "peak_mem_kind": ("cuda max_memory_allocated" if device.type == "cuda"
@@ -225,6 +235,9 @@ def main() -> int:
               f"{r['achieved_gflop_s']:8.1f} {tv:>6} {pm:>9}")
     if "rtd_vs_naive_time" in result:
         print(f"RTD / naive RTD step time: {result['rtd_vs_naive_time']:.2f}")
+    if "nodrop_ratio" in rows.get("rtd-nodrop", {}):
+        print(f"RTD / MLM with dropout 0 in both: {rows['rtd-nodrop']['nodrop_ratio']:.2f} "
+              f"(with dropout: {rows['rtd']['time_vs_mlm']:.2f})" if "rtd" in rows else "")
     if args.json:
         from models.io.fileio import atomic_write_json
 

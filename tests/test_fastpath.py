@@ -245,7 +245,9 @@ def test_fastest_at_load_never_picks_a_failing_variant(bundle):
 
     _fail_gate(bundle, *ALL_INT8)
     p = Predictor(bundle, backend="fastest", device="cpu", threads=1)
-    assert p.backend in ("fp32", "o2") and p.choice.startswith("measured at load")
+    # any float variant may be the fastest here (o3 too); never one of the int8 variants that failed
+    assert p.backend in ("fp32", "o2", "o3") and p.backend not in ALL_INT8
+    assert p.choice.startswith("measured at load")
 
 
 def test_picker_path_is_torch_free(bundle):
