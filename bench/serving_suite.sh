@@ -32,9 +32,9 @@ step "1/6 batch scoring: denki classify vs its sequential schedule vs the transf
 $PY bench/batch_throughput.py --model "$Q/classifier-onnx" --data "$ROWS" --rows 2000 --workers "${WORKERS:-$(nproc)}" \
     --json "$OUT/batch_throughput.json" | tee "$OUT/batch_throughput.txt"
 
-step "2/6 every CPU variant behind the parity gate (fp32, O2, O3, int8, int8-channel, int8-static)"
+step "2/6 every CPU variant behind the parity gate (fp32, O2, int8, int8-channel, int8-static; O3 left out: its approximate GELU missed the float gate, 1.2e-3 > 1e-3, on this router)"
 rm -rf "$OUT/cls-variants"
-$DENKI export --model "$Q/classifier" --out "$OUT/cls-variants" --optimize O2 O3 \
+$DENKI export --model "$Q/classifier" --out "$OUT/cls-variants" --optimize O2 \
     --quantize int8 int8-channel int8-static | tail -n 20 | tee "$OUT/export.txt"
 
 step "3/6 latency: PyTorch eager vs every ORT variant vs optimum, batch 1/32 × 32/128 tokens, 1 thread"
