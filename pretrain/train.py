@@ -44,10 +44,10 @@ from .model import OBJECTIVES, RTD_OBJECTIVES, build_pretrainer
 from .runlog import bundle_metrics, last_diagnostics, read_metrics
 
 #: `denki pretrain`'s objective when --objective is not given. Tiny: MLM, from evidence — at CPU budgets of 1e14
-#: and 2e14 FLOPs every tiny ELECTRA recipe measured (5 of them) fine-tuned 5–10 points of macro-F1 *below* the
-#: random-init control on livedoor titles (its discriminator's recall stays ≈ 0.05, AUC ≤ 0.70), while the
-#: compute-matched MLM encoder was at or above it on both tasks at both budgets (docs/results.md, "ELECTRA vs MLM
-#: at 2e14"). Small/base keep ELECTRA, the paper's regime (GPU budgets). --init-from keeps ELECTRA (an imported
+#: and 2e14 FLOPs every tiny ELECTRA run measured (5 recipes, the best again at 2e14) fine-tuned 5–21 points of
+#: macro-F1 *below* the random-init control on livedoor titles (its discriminator's recall stays ≈ 0.05, AUC ≤ 0.70),
+#: while the compute-matched MLM encoder was at or above it on both tasks at both budgets (docs/results.md,
+#: "ELECTRA vs MLM at 2e14"). Small/base keep ELECTRA, the paper's regime (GPU budgets). --init-from keeps ELECTRA (an imported
 #: discriminator continues RTD; give --objective mlm for a BERT).
 DEFAULT_OBJECTIVE = {"tiny": "mlm", "small": "electra", "base": "electra"}
 
