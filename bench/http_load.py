@@ -33,6 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.batch_throughput import cpu_lines  # noqa: E402  (one CPU description for every benchmark)
 HOST = "127.0.0.1"  # loopback only, by design
 
 
@@ -226,7 +227,7 @@ def to_markdown(res: list[dict], args) -> str:
     lines = [f"Loopback load test: {args.clients} clients × {args.requests} requests per round "
              f"({args.texts_per_request} text/request), {args.rounds} round(s) alternating the modes, model "
              f"`{args.model}`, max batch {args.max_batch}, max wait {args.max_wait_ms} ms; {pin}; "
-             f"server threads {args.threads or 'default'}.", "", f"CPU: {_cpu_line()}", "",
+             f"server threads {args.threads or 'default'}.", "", *cpu_lines(), "",
              "| micro-batching | round | requests/s | p50 ms | p95 ms | p99 ms | mean batch | model calls | errors |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in res:
@@ -250,17 +251,6 @@ def to_markdown(res: list[dict], args) -> str:
         lines += ["", f"Median throughput on/off: **{on['requests_per_s'] / off['requests_per_s']:.2f}×**; "
                       f"p99 on/off: {on['p99_ms'] / off['p99_ms']:.2f}×"]
     return "\n".join(lines) + "\n"
-
-
-def _cpu_line() -> str:
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown"
-    name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
-    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
-    keep = [f for f in flags if f.startswith(("avx", "amx")) or f in ("fma", "f16c")]
-    return f"{name}, {os.cpu_count()} CPUs, flags {' '.join(keep)}"
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> None:
     import torch
 
+    from bench.batch_throughput import cpu_lines
     from pretrain.model import gumbel_sample, inverse_cdf_sample
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -39,8 +40,7 @@ def main() -> None:
             t = time.perf_counter()
             f(logits)
             times[name].append(time.perf_counter() - t)
-    flags = next((ln.split(":", 1)[1].split() for ln in open("/proc/cpuinfo") if ln.startswith("flags")), [])
-    print("cpu flags:", " ".join(f for f in flags if f.startswith(("avx", "amx")) or "vnni" in f))
+    print("\n".join(cpu_lines()))
     med = {k: statistics.median(v) * 1000 for k, v in times.items()}
     print(f"({args.rows}, {args.vocab}) logits, {args.threads} thread(s), median of {args.repeats} interleaved:")
     for k, v in med.items():
