@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle.onnx import MODEL_FILES
+from models.bundle.onnx import INT8_VARIANTS, MODEL_FILES
 from models.io.errors import DenkiError
 from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS, Predictor, _cuda_usable
 
@@ -22,8 +22,10 @@ HUMAN_JA = "担当者へ"
 NO_ANSWER_JA = "回答なし"
 DEFAULT_DIRS = {"classifier": "runs/quickstart/classifier-onnx", "qa": "runs/quickstart/qa-onnx"}
 BACKEND_LABELS = {"int8": "ORT int8 (CPU)", "int8-channel": "ORT int8 per-channel (CPU)",
-                  "int8-static": "ORT int8 static QDQ (CPU)", "o2": "ORT O2 (CPU)", "fp32": "ORT fp32 (CPU)",
-                  "fp16": "CUDA fp16", "cuda-fp32": "CUDA fp32"}
+                  "int8-static": "ORT int8 static QDQ (CPU)", "o2": "ORT O2 (CPU)", "o3": "ORT O3 (CPU)",
+                  "fp32": "ORT fp32 (CPU)", "fp16": "CUDA fp16", "cuda-fp32": "CUDA fp32"}
+#: the CPU variants in the order the demo offers them: every int8 variant, then the float graphs
+CPU_ORDER = (*INT8_VARIANTS, "o2", "o3", "fp32")
 
 
 class DemoModels:
@@ -55,7 +57,7 @@ class DemoModels:
         from serve.runtime import resolve_onnx_bundle
 
         have = [b for b, f in MODEL_FILES.items() if (resolve_onnx_bundle(d) / f).is_file()]
-        out = [BACKEND_LABELS[b] for b in ("int8", "int8-channel", "int8-static", "o2", "fp32") if b in have]
+        out = [BACKEND_LABELS[b] for b in CPU_ORDER if b in have]
         if self.cuda:
             out = [BACKEND_LABELS["fp16"] if "fp16" in have else BACKEND_LABELS["cuda-fp32"]] + out
         preferred = {"int8": "ORT int8", "o2": "ORT O2", "fp32": "ORT fp32", "cuda": "CUDA"}.get(self.prefer)

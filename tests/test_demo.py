@@ -24,6 +24,14 @@ def test_backends_and_examples(models):
     assert qa_ex and len(qa_ex[0]) == 2
 
 
+def test_every_cpu_variant_has_a_demo_label():
+    from app.demo import BACKEND_LABELS, CPU_ORDER
+    from models.bundle.onnx import CPU_VARIANTS
+
+    # a variant `denki export` can write but the demo does not list would be unselectable there
+    assert sorted(CPU_ORDER) == sorted(CPU_VARIANTS) and all(b in BACKEND_LABELS for b in CPU_ORDER)
+
+
 def test_route_handler(models):
     from app.demo import HUMAN_JA, route_text
 
