@@ -50,6 +50,9 @@ def register(sub) -> None:
     e.add_argument("--disc-weight", type=float, default=50.0, help="ELECTRA: λ in mlm + λ·disc")
     e.add_argument("--embeddings", choices=("shared", "separate"), default="shared",
                    help="ELECTRA generator/discriminator embeddings (see `denki pretrain --help`)")
+    e.add_argument("--mask-prob", type=float, default=0.15,
+                   help="share of tokens masked while pretraining, every objective (ELECTRA's generator input, "
+                        "MLM's targets)")
     e.add_argument("--pretrain-dropout", type=float, default=None, metavar="P",
                    help="dropout while pretraining, every objective (unset: 0.1)")
     e.add_argument("--objectives", default="electra,mlm", metavar="O1,O2",
@@ -92,7 +95,7 @@ def cmd_electra_vs_mlm(args) -> int:
         tasks=[parse_task(n, data_dir) for n in names], budgets=parse_budgets(args.flops_budgets), size=args.size,
         seeds=args.seeds, batch_size=args.batch_size, seq_len=args.seq_len, pretrain_lr=args.pretrain_lr,
         pretrain_seed=args.pretrain_seed, objectives=_objectives(args.objectives), disc_weight=args.disc_weight,
-        embeddings=args.embeddings, pretrain_dropout=args.pretrain_dropout,
+        embeddings=args.embeddings, pretrain_dropout=args.pretrain_dropout, mask_prob=args.mask_prob,
         random_init=not args.no_random_init, electra15=args.electra15, epochs=args.epochs, lr=args.lr,
         max_length=args.max_length, qa_max_length=args.qa_max_length, qa_doc_stride=args.qa_doc_stride,
         max_train=args.max_train or None, max_dev=args.max_dev or None, keep_finetuned=args.keep_finetuned,

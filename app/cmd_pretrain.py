@@ -61,6 +61,8 @@ def register(sub) -> None:
     p.add_argument("--keep", type=int, default=3, help="checkpoints kept")
     p.add_argument("--cache-dir", default=None, help="token cache (default ~/.cache/denki/corpus or $DENKI_CACHE)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar; one plain line per checkpoint (--save-every) instead, for logs")
     p.add_argument("--no-export", action="store_true", help="do not write OUT/bundle at the end")
 
     psub = p.add_subparsers(dest="pretrain_command", metavar="SUBCOMMAND")
@@ -101,7 +103,7 @@ def cmd_pretrain(args) -> int:
         disc_weight=args.disc_weight, share_embeddings=args.embeddings == "shared", dropout=args.dropout,
         warmup_steps=args.warmup_steps, log_every=args.log_every,
         save_every=args.save_every, keep=args.keep, cache_dir=args.cache_dir, compile=args.compile,
-        export=not args.no_export, init_from=args.init_from, gen_init=args.gen_init, gen_layers=args.gen_layers)
+        export=not args.no_export, progress=not args.no_progress, init_from=args.init_from, gen_init=args.gen_init, gen_layers=args.gen_layers)
     s = run_pretrain(cfg)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return 0

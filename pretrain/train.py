@@ -518,6 +518,12 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
             acc, acc_steps, acc_tokens, t_interval = new_acc(), 0, 0, time.perf_counter()
         if main and (step % cfg.save_every == 0 or finished()):
             save(step)
+            if not cfg.progress and last_row is not None:
+                # no bar (background jobs, logs): one plain line per checkpoint instead
+                d = f", disc AUC {diag['disc_auc']:.3f}" if diag and diag.get("disc_auc") is not None else ""
+                print(f"pretrain: step {step}/{total_steps}, FLOPs {flops:.3g}{budget}, loss {last_row['loss']:.3f}, "
+                      f"gen_acc {last_row.get('gen_acc') or 0:.3f}{d}, "
+                      f"{wall_before + time.perf_counter() - t_start:.0f} s", flush=True)
         if stop_after is not None and step >= stop_after and not finished():
             bar.close()
             _barrier(world)

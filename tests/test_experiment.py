@@ -142,7 +142,7 @@ def test_a_task_pointing_at_other_data_is_fine_tuned_again(experiment, capsys):
 
 
 def test_objectives_subset_and_pretraining_variant(experiment, tmp_path, capsys):
-    """`--objectives electra --embeddings separate --pretrain-dropout 0`: only that encoder is pretrained (with
+    """`--objectives electra --embeddings separate --pretrain-dropout 0 --mask-prob 0.25`: only that encoder is pretrained (with
     those settings, recorded), the report says them; a wrong objective name is a clear error."""
     _, argv, _ = experiment
     a = list(argv)
@@ -150,13 +150,14 @@ def test_objectives_subset_and_pretraining_variant(experiment, tmp_path, capsys)
     keep = [i for i, x in enumerate(a) if x == "--task"]
     a = a[:keep[1]] + a[keep[1] + 2:]  # the routing task only
     a.remove("--electra15")
-    a += ["--objectives", "electra", "--embeddings", "separate", "--pretrain-dropout", "0", "--no-random-init"]
+    a += ["--objectives", "electra", "--embeddings", "separate", "--pretrain-dropout", "0", "--mask-prob", "0.25",
+          "--no-random-init"]
     assert main(a) == 0
     rep = json.loads((tmp_path / "variant" / "report.json").read_text(encoding="utf-8"))
     assert set(rep["results"]["route"]["cells"]) == {"electra-2e10"}
     ident = json.loads((tmp_path / "variant" / "pretrain" / "electra-2e10" / "run.json").read_text())["identity"]
-    assert ident["embeddings"] == "separate" and ident["dropout"] == 0.0
-    assert "ELECTRA λ 50.0, embeddings separate, dropout 0.0" in (tmp_path / "variant" / "report.md").read_text()
+    assert ident["embeddings"] == "separate" and ident["dropout"] == 0.0 and ident["mask_prob"] == 0.25
+    assert "mask rate 0.25, ELECTRA λ 50.0, embeddings separate, dropout 0.0" in (tmp_path / "variant" / "report.md").read_text()
     capsys.readouterr()
-    assert main(a[:-7] + ["--objectives", "electra,bert"]) == 2
+    assert main(a[:-9] + ["--objectives", "electra,bert"]) == 2
     assert "--objectives" in capsys.readouterr().err

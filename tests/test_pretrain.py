@@ -425,8 +425,13 @@ def test_cli_mlm_run_and_export_subcommand(tiny_tokenizer_dir, cache_dir, tmp_pa
     out = tmp_path / "mlm"
     rc = main(["pretrain", "--corpus", str(SAMPLE_CORPUS), "--tokenizer", str(tiny_tokenizer_dir), "--size", "tiny",
                "--objective", "mlm", "--out", str(out), "--steps", "3", "--batch-size", "4", "--seq-len", "32",
-               "--device", "cpu", "--log-every", "1", "--cache-dir", str(cache_dir)])
-    assert rc == 0 and "mlm-tiny 3 steps" in capsys.readouterr().out
+               "--device", "cpu", "--log-every", "1", "--cache-dir", str(cache_dir), "--no-progress",
+               "--save-every", "2"])
+    printed = capsys.readouterr().out
+    assert rc == 0 and "mlm-tiny 3 steps" in printed
+    # --no-progress: one plain line per checkpoint (steps 2 and 3, the last), for logs of background jobs
+    lines = [ln for ln in printed.splitlines() if ln.startswith("pretrain: step ")]
+    assert [ln.split()[2] for ln in lines] == ["2/3,", "3/3,"] and "gen_acc" in lines[-1]
     rows = read_metrics(out)
     assert rows[-1]["replace_rate"] is None and rows[-1]["gen_acc"] >= 0
     assert json.loads((out / "bundle" / "config.json").read_text())["architectures"] == ["ElectraForMaskedLM"]

@@ -110,6 +110,7 @@ class ExperimentConfig:
     electra15: bool = False          # also pretrain the "ELECTRA 15%" ablation at every budget
     disc_weight: float = 50.0        # ELECTRA: λ of mlm + λ·disc
     embeddings: str = "shared"       # ELECTRA: generator/discriminator embeddings shared or separate
+    mask_prob: float = 0.15          # share of tokens masked (generator input / MLM targets), every objective
     pretrain_dropout: float | None = None  # None: the preset's 0.1 (applies to every objective)
     # fine-tuning
     epochs: float | None = None      # None: the fine-tuners' own defaults (classify 10, QA 2)

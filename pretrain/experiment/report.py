@@ -197,8 +197,9 @@ def render_markdown(report: dict) -> str:
          f"Size `{report['size']}`, budgets {', '.join(f'{b:.3g}' for b in report['budgets'])} FLOPs, "
          f"{report['seeds']} fine-tuning seed(s) per cell; corpus: {', '.join(f'`{c}`' for c in report['corpus'])}. "
          "Cells: median over seeds (min–max). Fine-tuning uses the [CLS] representation.", "",
-         "Pretraining: batch {batch_size} × {seq_len}, lr {lr}, ELECTRA λ {lam}, embeddings {emb}, "
+         "Pretraining: batch {batch_size} × {seq_len}, lr {lr}, mask rate {mask}, ELECTRA λ {lam}, embeddings {emb}, "
          "dropout {drop}.".format(lam=report["settings"].get("disc_weight", 50.0),
+             mask=report["settings"].get("mask_prob", 0.15),
              batch_size=report["settings"].get("batch_size"), seq_len=report["settings"].get("seq_len"),
              lr=report["settings"].get("pretrain_lr") or "per-size default",
              emb=report["settings"].get("embeddings", "shared"),

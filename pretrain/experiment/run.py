@@ -25,7 +25,7 @@ def _pretrain_stage(cfg: ExperimentConfig, objective: str, budget: float) -> Mod
                         seq_len=cfg.seq_len, lr=cfg.pretrain_lr, seed=cfg.pretrain_seed, device=cfg.device,
                         cache_dir=cfg.cache_dir, progress=cfg.progress,
                         share_embeddings=cfg.embeddings == "shared", dropout=cfg.pretrain_dropout,
-                        disc_weight=cfg.disc_weight)
+                        disc_weight=cfg.disc_weight, mask_prob=cfg.mask_prob)
     run_pretrain(pc)
     return Model(mid, objective, budget, run, run / "bundle")
 
