@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from models.bundle.format import read_task
-from models.bundle.onnx import CPU_VARIANTS, MODEL_FILES, open_session, passed_gate
+from models.bundle.onnx import CPU_VARIANTS, MODEL_FILES, cpuinfo_text, open_session, passed_gate
 from models.io.errors import DenkiError
 from models.io.fileio import atomic_write_json
 
@@ -59,11 +59,7 @@ def cpu_fingerprint(cpuinfo: str | None = None) -> dict:
     machine = platform.machine().lower() or "unknown"
     model, flags = None, []
     if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-                cpuinfo = f.read()
-        except OSError:
-            cpuinfo = ""
+        cpuinfo = cpuinfo_text() or ""
     for line in cpuinfo.splitlines():
         k, _, v = line.partition(":")
         k = k.strip().lower()

@@ -121,6 +121,32 @@ def test_cpu_fingerprint_keeps_speed_flags_only():
     assert arm["flags"] == ["asimd", "asimddp", "i8mm", "sve"]
 
 
+def test_one_cached_cpuinfo_reader_serves_the_int8_kernel_choice_and_the_cpu_key(monkeypatch):
+    """``cpuinfo_text`` reads /proc/cpuinfo once per process; the exact-int8 decision and the fast-path key both
+    come from it (so a record and the int8 kernel can never be decided from two different readings)."""
+    import platform
+
+    import models.bundle.onnx as ob
+    import serve.fastpath as fp
+
+    ob.cpuinfo_text()
+    before = ob.cpuinfo_text.cache_info()
+    ob.cpuinfo_text()
+    assert ob.cpuinfo_text.cache_info().hits == before.hits + 1 and ob.cpuinfo_text.cache_info().misses == before.misses
+    real = ob.cpuinfo_text()
+    assert fp.cpu_fingerprint() == fp.cpu_fingerprint(real or "")
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    for flags, exact in (("avx2 avx512f", True), ("avx2 avx512f avx512_vnni", False), ("avx2 avx_vnni", False)):
+        text = f"model name\t: Some CPU\nflags\t: fpu sse4_2 {flags}\n"
+        monkeypatch.setattr(ob, "cpuinfo_text", lambda t=text: t)
+        monkeypatch.setattr(fp, "cpuinfo_text", lambda t=text: t)
+        monkeypatch.setattr(ob, "_EXACT_INT8", None)
+        assert ob.exact_int8_gemm() is exact and fp.cpu_fingerprint()["model"] == "Some CPU"
+    monkeypatch.setattr(ob, "cpuinfo_text", lambda: None)  # unreadable flags on x86: the exact kernel, to be safe
+    monkeypatch.setattr(ob, "_EXACT_INT8", None)
+    assert ob.exact_int8_gemm() is True
+
+
 # ------------------------------------------------------------------ choosing
 def test_old_bundle_without_record_keeps_the_default_rule(onnx_classifier):
     from serve.runtime import Predictor

@@ -4,6 +4,7 @@ ONNX file of a bundle is opened in onnxruntime (:func:`open_session`) — by the
 the sessions that will serve (the same int8 kernel choice, :func:`exact_int8_gemm`)."""
 from __future__ import annotations
 
+import functools
 import os
 
 from models.io.errors import DenkiError
@@ -41,6 +42,17 @@ _VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 _EXACT_INT8: bool | None = None
 
 
+@functools.lru_cache(maxsize=1)
+def cpuinfo_text() -> str | None:
+    """``/proc/cpuinfo`` as text, read once per process (the CPU does not change under it); ``None`` where it
+    cannot be read (not Linux). The one reader behind :func:`exact_int8_gemm` and the fast-path CPU key."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def exact_int8_gemm() -> bool:
     """True where onnxruntime's default int8 GEMM would saturate, so sessions turn on its exact mode.
 
@@ -58,11 +70,8 @@ def exact_int8_gemm() -> bool:
         if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686", "x86"):
             _EXACT_INT8 = False
         else:
-            try:
-                with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-                    flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
-            except OSError:
-                flags = None
+            flags = next((line.split(":", 1)[1].split() for line in (cpuinfo_text() or "").splitlines()
+                          if line.startswith("flags")), None)
             _EXACT_INT8 = flags is None or not any(v in flags for v in _VNNI_FLAGS)
     return _EXACT_INT8
 
