@@ -89,7 +89,7 @@ def test_evaluate_refuses_a_pretrained_bundle_and_a_missing_file(qa_bundle, caps
     assert "file not found" in capsys.readouterr().err
 
 
-def test_answerable_head_variant_trains_compares_rules_and_evaluates(qa_bundle, tmp_path):
+def test_answerable_head_variant_trains_compares_rules_and_evaluates(qa_bundle, tmp_path, capsys):
     root, _ = qa_bundle
     out = tmp_path / "qa_head"
     rc = main(["finetune", "qa", "--model", str(root / "pre"), "--train", str(SAMPLE_QA_TRAIN),
@@ -97,6 +97,9 @@ def test_answerable_head_variant_trains_compares_rules_and_evaluates(qa_bundle, 
                "--doc-stride", "64", "--max-steps", "6", "--batch-size", "16", "--max-train-examples", "100",
                "--max-dev-examples", "40", "--answerable-head", "--no-progress", "--threads", "1"])
     assert rc == 0
+    # --no-progress: plain progress lines instead of a bar (6 steps: every step is a 5 % mark), ending at 6/6
+    steps = [ln.split()[4] for ln in capsys.readouterr().out.splitlines() if ln.startswith("qa: seed 0 step ")]
+    assert steps[-1] == "6/6," and len(steps) == 6
     task = read_task(out / "bundle")
     assert task["answerable_head"] is True and task["null_rule"] in ("cls", "head", "combined")
     rep = json.loads((out / "report.json").read_text(encoding="utf-8"))

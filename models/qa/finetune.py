@@ -165,6 +165,10 @@ def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int,
             bar.update(1)
             if step % 20 == 0:
                 bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+            if not progress and (step % max(1, total // 20) == 0 or step == total):
+                # no bar (background jobs, logs): a plain line every 5 % of the steps instead
+                print(f"qa: seed {seed} step {step}/{total}, loss {np.mean(losses[-20:]):.3f}, "
+                      f"{time.time() - t0:.0f} s", flush=True)
     bar.close()
     info = {"seed": seed, "steps": step, "train_windows": n, "epochs": epochs,
             "final_loss": float(np.mean(losses[-20:])), "train_seconds": round(time.time() - t0, 1)}
