@@ -21,9 +21,12 @@ def test_quickstart_pipeline_end_to_end_and_rerun_skips(tmp_path, capsys):
         assert verify_bundle(out / d)["kind"] == kind, d
     s = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert s["pretrain"]["flops"] >= 1e12
-    # the pretraining health probe (models/training/pretrain_health.py) is in the summary and printed on its row
+    # the default objective is MLM (the measured choice, app/cmd_quickstart.QUICKSTART_OBJECTIVE), said on its row;
+    # the pretraining health probe (models/training/pretrain_health.py) is in the summary and printed there too
+    assert s["pretrain"]["objective"] == "mlm" and "| pretraining (tiny MLM) |" in printed
+    assert "masked-token accuracy" in printed and "from tiny MLM:" in printed
     d = s["pretrain"]["diagnostics"]
-    assert 0.0 <= d["disc_auc"] <= 1.0 and d["cls_spread"] >= 0 and "probe: disc AUC" in printed
+    assert d["cls_spread"] >= 0 and "disc_auc" not in d and "probe: [CLS] spread" in printed
     r = s["routing"]
     for part in ("onnx", "pytorch", "pytorch_random_init", "tfidf_baseline"):
         assert 0.0 <= r[part]["accuracy"] <= 1.0, part
@@ -43,3 +46,17 @@ def test_quickstart_pipeline_end_to_end_and_rerun_skips(tmp_path, capsys):
     assert main(["quickstart", "--no-demo", "--out", str(out), "--pretrain-flops", "1e12"]) == 0
     assert capsys.readouterr().out.count("done already (skipped)") == 7
     assert time.perf_counter() - t0 < 60
+
+
+def test_quickstart_refuses_to_reuse_a_pretraining_of_the_other_objective(tmp_path, capsys):
+    """A finished ELECTRA pretraining under --out is not silently reused for --objective mlm (or the reverse)."""
+    from app.cli import main
+
+    out = tmp_path / "qs"
+    (out / "pretrain").mkdir(parents=True)
+    (out / "pretrain" / "summary.json").write_text(json.dumps({"finished": True, "objective": "electra"}))
+    (out / "tokenizer").mkdir()
+    (out / "tokenizer" / "vocab.txt").write_text("[PAD]\n")  # the tokenizer stage counts as done
+    assert main(["quickstart", "--no-demo", "--out", str(out), "--objective", "mlm"]) == 2
+    err = capsys.readouterr().err
+    assert "holds a finished electra pretraining" in err and "--objective electra" in err
