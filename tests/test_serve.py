@@ -70,6 +70,35 @@ def test_runtime_matches_torch_and_golden(onnx_classifier, classifier_bundle):
     assert auto.backend == "int8"
 
 
+def test_length_groups_are_optimal_cover_every_row_and_respect_the_cap():
+    """The batch planner against brute force over every contiguous split of small sorted inputs."""
+    import itertools
+    import random
+
+    from serve.runtime import length_groups
+
+    def cost(groups, lengths, c):
+        return sum(c + (b - a) * lengths[b - 1] for a, b in groups)
+
+    rng = random.Random(0)
+    for _ in range(200):
+        n, cap, c = rng.randint(1, 9), rng.randint(1, 5), rng.choice([0, 3, 16, 1e9])
+        lengths = sorted(rng.randint(2, 60) for _ in range(n))
+        groups = length_groups(lengths, cap, c)
+        assert groups[0][0] == 0 and groups[-1][1] == n
+        assert all(a < b and b - a <= cap for a, b in groups)
+        assert all(g[1] == h[0] for g, h in zip(groups, groups[1:]))  # contiguous, no row lost or repeated
+        best = min(cost(list(zip((0, *cuts), (*cuts, n))), lengths, c)
+                   for k in range(n) for cuts in itertools.combinations(range(1, n), k)
+                   if all(b - a <= cap for a, b in zip((0, *cuts), (*cuts, n))))
+        assert cost(groups, lengths, c) == pytest.approx(best)
+    assert length_groups([], 32) == []
+    # equal lengths: nothing to save by splitting, so as few batches as the cap allows
+    assert len(length_groups([10] * 70, 32)) == 3
+    # a very long row among short ones gets a batch of its own instead of padding 31 others to its length
+    assert length_groups([5] * 31 + [128], 32) == [(0, 31), (31, 32)]
+
+
 def test_optimum_loads_the_export(onnx_classifier):
     from optimum.onnxruntime import ORTModelForSequenceClassification
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # quickstart-budget comparison: ELECTRA vs MLM vs random init, the quickstart's data/settings, 1 thread, 3 ft seeds
 set -u
-cd /work/main
+cd "$(dirname "$0")/../.."  # the repository root
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 D=runs/qsobj
 B=.venv/bin/denki
