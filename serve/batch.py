@@ -38,7 +38,7 @@ import numpy as np
 from models.io.errors import DenkiError, InputError
 from models.io.fileio import atomic_write_json, sha256_file
 from models.io.textio import open_binary
-from serve.runtime import MAX_TEXT_CHARS
+from serve.runtime import MAX_TEXT_CHARS, length_groups
 
 ADDED = ("label", "score", "route")
 
@@ -432,8 +432,8 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
         encs = [tok.encode(t, max_length=max_length) for t in w.texts]
         w.texts = []
         order = sorted(range(len(encs)), key=lambda i: len(encs[i]))  # stable: ties keep input order
-        w.batches = [(order[s:s + batch_size], tok.pad([encs[i] for i in order[s:s + batch_size]]))
-                     for s in range(0, len(order), batch_size)]
+        w.batches = [(order[a:b], tok.pad([encs[i] for i in order[a:b]]))
+                     for a, b in length_groups([len(encs[i]) for i in order], batch_size)]
         w.head = [enc.head(w.rows[i].record) for i in w.good]
         for i in w.good:
             w.rows[i].record = None  # the output text is ready: free the parsed record
