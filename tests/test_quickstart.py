@@ -20,8 +20,8 @@ def test_quickstart_pipeline_end_to_end_and_rerun_skips(tmp_path, capsys):
                     ("classifier-onnx", "onnx-classifier"), ("qa-onnx", "onnx-qa")):
         assert verify_bundle(out / d)["kind"] == kind, d
     s = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    # the budget is spent, up to a fraction of one step (the step plan counts every row as full; docs/pretrain.md)
-    assert s["pretrain"]["flops"] >= 1e12 - s["pretrain"]["flops"] / s["pretrain"]["steps"]
+    # the budget is spent, up to a few tenths of a percent (the step plan counts every row as full; docs/pretrain.md)
+    assert s["pretrain"]["flops"] >= 0.995e12
     # the default objective is MLM (the measured choice, app/cmd_quickstart.QUICKSTART_OBJECTIVE), said on its row;
     # the pretraining health probe (models/training/pretrain_health.py) is in the summary and printed there too
     assert s["pretrain"]["objective"] == "mlm" and "| pretraining (tiny MLM) |" in printed
