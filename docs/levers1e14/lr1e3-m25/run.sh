@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ELECTRA lever at 1e14: mask rate 25 % on top of the best 1e14 recipe (lr 1e-3); then the experiment fine-tunes it
-cd "$(dirname "$0")/../.."  # the repository root (the script ran as runs/lever/m25.sh)
+cd "$(dirname "$0")/../../.."  # the repository root (the script ran as runs/lever/m25.sh)
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 C="../shared/data/corpus_manpages_ja.txt.gz ../shared/data/corpus_wiki_ja.txt.gz"
 start=$(date +%s)
