@@ -2,8 +2,8 @@
 
 tokenizer → tiny pretraining (MLM by default, ``--objective electra`` for replaced-token detection) → routing
 classifier (from the pretrained bundle, and from random init as the control; the better on dev is deployed) + QA
-fine-tuning → ONNX export (fp32 + O2 + int8, parity gated) → evaluation → summary table → demo. Every stage writes under ``--out`` and is skipped when its output
-exists, so re-running is cheap. Sized to finish in ≤ 10 minutes on 2 CPU cores.
+fine-tuning → ONNX export (fp32 + O2 + int8, parity gated) → evaluation → summary table → demo. Every stage
+writes under ``--out`` and is skipped when its output exists, so re-running is cheap. Sized to finish in ≤ 10 minutes on 2 CPU cores.
 
 The export is best effort: an O2 / int8 variant that fails its parity gate is left out (one summary line says
 which, with the measured figures, and what is served instead) rather than stopping the pipeline; `denki export`
