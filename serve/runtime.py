@@ -35,8 +35,9 @@ MAX_TEXT_CHARS = 20_000  # an inquiry; longer input is refused with a clear mess
 MAX_CONTEXT_CHARS = 100_000  # a QA passage (windows cover all of it)
 HUMAN = "human"
 #: the fixed cost of one model call, in padded-token equivalents, for :func:`length_groups`. Measured with
-#: bench/bucketing.py (tiny router, int8, 1 thread): splitting a sorted 32-text micro-batch at cost 8–32 ran in
-#: 0.55× the time of one padded batch, cost 0 (split wherever padding is saved) about the same, 128 a little slower.
+#: bench/bucketing.py (tiny int8 router, 1 thread, routing_dev texts; docs/results.md): model time vs one padded
+#: batch 0.51× at 32 texts and 0.75× at 8 with cost 32; cost 8 was 4–7 % faster still (0.48× / 0.70×), cost 0 and
+#: 128 slower (0.55–0.56× / 0.86–0.91×). 32 rather than 8 because a call's fixed cost grows with threads.
 CALL_COST_TOKENS = 32
 
 
@@ -45,8 +46,8 @@ def length_groups(lengths: Sequence[int], max_batch: int, call_cost: float = CAL
 
     The groups minimise ``Σ (call_cost + rows · longest)`` — a padded batch costs its rows × its longest row plus a
     fixed per-call overhead — exactly, by dynamic programming in ``O(n · max_batch)``. Why: a micro-batch of
-    short and long texts padded to the longest wastes most of its work (a 32-text HTTP batch of mixed inquiries
-    ran 1.8× slower as one padded batch than as four length groups); a large ``call_cost`` keeps batches whole."""
+    short and long texts padded to the longest wastes much of its work (32 mixed inquiries: 2.0× the model time
+    as one padded batch as in ~4 length groups, bench/bucketing.py); a large ``call_cost`` keeps batches whole."""
     n = len(lengths)
     if n == 0:
         return []
