@@ -38,7 +38,7 @@ import numpy as np
 from models.io.errors import DenkiError, InputError
 from models.io.fileio import atomic_write_json, sha256_file
 from models.io.textio import open_binary
-from serve.runtime import MAX_TEXT_CHARS, length_groups
+from serve.runtime import MAX_TEXT_CHARS, sorted_batches
 
 ADDED = ("label", "score", "route")
 
@@ -431,9 +431,8 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
     def tokenise(w: _Window) -> _Window:
         encs = [tok.encode(t, max_length=max_length) for t in w.texts]
         w.texts = []
-        order = sorted(range(len(encs)), key=lambda i: len(encs[i]))  # stable: ties keep input order
-        w.batches = [(order[a:b], tok.pad([encs[i] for i in order[a:b]]))
-                     for a, b in length_groups([len(encs[i]) for i in order], batch_size)]
+        w.batches = [(idx, tok.pad([encs[i] for i in idx]))
+                     for idx in sorted_batches([len(e) for e in encs], batch_size)]
         w.head = [enc.head(w.rows[i].record) for i in w.good]
         for i in w.good:
             w.rows[i].record = None  # the output text is ready: free the parsed record

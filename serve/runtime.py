@@ -70,6 +70,14 @@ def length_groups(lengths: Sequence[int], max_batch: int, call_cost: float = CAL
     return groups[::-1]
 
 
+def sorted_batches(lengths: Sequence[int], max_batch: int) -> list[np.ndarray]:
+    """Row indices of each batch: the rows sorted by length (stable: ties keep input order), then cut by
+    :func:`length_groups`. The one batching rule of ``Predictor.logits``, ``Predictor.answer_batch`` and the
+    batch engine's windows."""
+    order = np.argsort(np.asarray(lengths, dtype=np.int64), kind="stable")
+    return [order[a:b] for a, b in length_groups([int(lengths[i]) for i in order], max_batch)]
+
+
 resolve_onnx_bundle = resolve_bundle  # a bundle dir, or `denki export --out` holding one in bundle/
 
 
@@ -186,18 +194,16 @@ class Predictor:
                 raise DenkiError(f"text {i} is {len(t):,} characters; the limit is {limit:,}")
 
     def logits(self, texts: Sequence[str], *, batch_size: int = 32) -> np.ndarray:
-        """Classifier logits ``(n, n_labels)`` float32. The texts are sorted by token count and cut into batches of
-        at most ``batch_size`` by :func:`length_groups` (no batch padded far beyond its own texts)."""
+        """Classifier logits ``(n, n_labels)`` float32, batched by :func:`sorted_batches` (sorted by token count,
+        at most ``batch_size`` per batch, none padded far beyond its own texts)."""
         if self.kind != "onnx-classifier":
             raise DenkiError(f"{self.dir} is a {self.kind} bundle, not a classifier")
         self._check_texts(texts)
         t0 = time.perf_counter()
         encs = [self.tokenizer.encode(t, max_length=self.max_length) for t in texts]
         t1 = time.perf_counter()
-        order = np.argsort([len(e) for e in encs], kind="stable")
         out = np.zeros((len(texts), len(self.task["labels"])), dtype=np.float32)
-        for a, b in length_groups([len(encs[i]) for i in order], batch_size):
-            idx = order[a:b]
+        for idx in sorted_batches([len(e) for e in encs], batch_size):
             out[idx] = self.run(self.tokenizer.pad([encs[i] for i in idx]))[0]
         t2 = time.perf_counter()
         self.last_timing = {"tokenize_ms": (t1 - t0) * 1e3, "inference_ms": (t2 - t1) * 1e3, "n": len(texts)}
@@ -239,9 +245,7 @@ class Predictor:
         t1 = time.perf_counter()
         starts: list[np.ndarray] = [None] * len(flat)  # type: ignore[list-item]
         ends: list[np.ndarray] = [None] * len(flat)  # type: ignore[list-item]
-        order = np.argsort([len(e) for e in flat], kind="stable")
-        for a, b in length_groups([len(flat[i]) for i in order], batch_size):
-            idx = order[a:b]
+        for idx in sorted_batches([len(e) for e in flat], batch_size):
             outs = self.run(self.tokenizer.pad([flat[i] for i in idx]))
             for row, i in enumerate(idx):
                 starts[i], ends[i] = outs[0][row], outs[1][row]

@@ -97,6 +97,11 @@ def test_length_groups_are_optimal_cover_every_row_and_respect_the_cap():
     assert len(length_groups([10] * 70, 32)) == 3
     # a very long row among short ones gets a batch of its own instead of padding 31 others to its length
     assert length_groups([5] * 31 + [128], 32) == [(0, 31), (31, 32)]
+    # sorted_batches: the same cut over the rows sorted by length, ties in input order, every row exactly once
+    from serve.runtime import sorted_batches
+
+    assert [b.tolist() for b in sorted_batches([128] + [5] * 31, 32)] == [list(range(1, 32)), [0]]
+    assert sorted_batches([], 8) == []
 
 
 def test_optimum_loads_the_export(onnx_classifier):
