@@ -105,7 +105,8 @@ def cmd_pretrain(args) -> int:
         disc_weight=args.disc_weight, share_embeddings=args.embeddings == "shared", dropout=args.dropout,
         warmup_steps=args.warmup_steps, log_every=args.log_every,
         save_every=args.save_every, keep=args.keep, cache_dir=args.cache_dir, compile=args.compile,
-        export=not args.no_export, progress=not args.no_progress, init_from=args.init_from, gen_init=args.gen_init, gen_layers=args.gen_layers)
+        export=not args.no_export, progress=not args.no_progress, init_from=args.init_from, gen_init=args.gen_init,
+        gen_layers=args.gen_layers)
     s = run_pretrain(cfg)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return 0
