@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from models.io.corpus import CORPUS_HELP
+
 
 def register(sub) -> None:
     p = sub.add_parser("experiment", help="reproducible experiments (ELECTRA vs MLM at equal compute)",
@@ -21,7 +23,7 @@ def register(sub) -> None:
                     "--task NAME=classify:TRAIN:DEV[:TEXTFIELD[:LABELFIELD]], NAME=qa:TRAIN:DEV or a JSON file "
                     "{name, kind, train, dev, text_field, label_field}.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    e.add_argument("--corpus", nargs="+", required=True, metavar="FILE", help="pretraining corpus (.txt/.gz)")
+    e.add_argument("--corpus", nargs="+", required=True, metavar="SOURCE", help=CORPUS_HELP)
     e.add_argument("--tokenizer", required=True, metavar="DIR", help="tokenizer directory (denki tokenizer train)")
     e.add_argument("--out", required=True, metavar="DIR", help="experiment directory (stages cached here)")
     e.add_argument("--size", choices=("tiny", "small", "base"), default="tiny")

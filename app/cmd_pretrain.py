@@ -4,13 +4,15 @@ from __future__ import annotations
 import argparse
 import os
 
+from models.io.corpus import CORPUS_HELP
+
 
 def register(sub) -> None:
     p = sub.add_parser(
         "pretrain", help="pretrain an ELECTRA discriminator or an MLM encoder on a corpus",
-        description="Pretrain on a Japanese corpus (UTF-8 .txt/.gz, one paragraph per line) with ELECTRA "
-                    "replaced-token detection (generator + discriminator, shared embeddings) or BERT-style MLM on "
-                    "the same encoder, until --steps or --max-flops is reached. Re-running the same command on "
+        description="Pretrain on a Japanese corpus (UTF-8 text files, one paragraph per line, and/or the text "
+                    "fields of JSONL/CSV records) with ELECTRA replaced-token detection (generator + "
+                    "discriminator, shared embeddings) or BERT-style MLM on the same encoder, until --steps or --max-flops is reached. Re-running the same command on "
                     "the same --out resumes from the newest checkpoint. Writes OUT/metrics.jsonl, "
                     "OUT/curves.png, OUT/summary.json and the model bundle OUT/bundle/. Multi-GPU: "
                     "`torchrun --nproc_per_node N -m app.cli pretrain ...`. Continued (domain-adaptive) pretraining: "
@@ -18,7 +20,7 @@ def register(sub) -> None:
                     "tokenizer and architecture instead of --tokenizer/--size (docs/import.md).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.set_defaults(_group_parser=p, func=cmd_pretrain)
-    p.add_argument("--corpus", nargs="+", metavar="FILE", help="corpus files (.txt or .txt.gz)")
+    p.add_argument("--corpus", nargs="+", metavar="SOURCE", help=CORPUS_HELP)
     p.add_argument("--tokenizer", metavar="DIR",
                    help="tokenizer directory (denki tokenizer train); with --init-from: the bundle's (leave it out)")
     p.add_argument("--init-from", metavar="BUNDLE", default=None,

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from models.io.corpus import CORPUS_HELP
+
 
 def register(sub) -> None:
     grp = sub.add_parser("tokenizer", help="train a Japanese WordPiece tokenizer (MeCab words → WordPiece)",
@@ -16,7 +18,7 @@ def register(sub) -> None:
                     "The output directory also loads in plain transformers as BertJapaneseTokenizer (the same "
                     "--mecab-dic and --lower-case settings, written to its tokenizer_config.json).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--corpus", nargs="+", required=True, metavar="FILE", help="corpus files (.txt or .txt.gz)")
+    p.add_argument("--corpus", nargs="+", required=True, metavar="SOURCE", help=CORPUS_HELP)
     p.add_argument("--vocab-size", type=int, default=8000, help="vocabulary size, special tokens included")
     p.add_argument("--limit-alphabet", type=int, default=2500,
                    help="max distinct characters kept as single tokens (rarer ones become [UNK])")

@@ -1,6 +1,7 @@
 """Corpus → cached token array → packed ``seq_len`` sequences.
 
-The corpus (one paragraph per line, UTF-8 ``.txt`` / ``.gz``) is tokenized once with
+The corpus (one paragraph per line, UTF-8 ``.txt`` / ``.gz``, or the text fields of JSONL/CSV records: see
+``models.io.corpus``) is tokenized once with
 ``JapaneseTokenizer.token_ids`` and written as a flat token stream in which every paragraph is followed by
 ``[SEP]``. The stream lives in a cache directory keyed by the sha256 of the corpus files and the tokenizer
 fingerprint::
@@ -29,7 +30,7 @@ import numpy as np
 
 from models.io.errors import InputError
 from models.io.fileio import atomic_write_json
-from models.io.textio import count_lines, iter_lines
+from models.io.corpus import count_source_lines, iter_source, parse_source, source_sha256
 
 CACHE_FORMAT = 1
 
@@ -39,12 +40,9 @@ def default_cache_dir() -> Path:
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    from models.io.fileio import sha256_file
-
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("corpus file not found", path=str(p))
-    return sha256_file(p)
+    """A corpus source's identity (``models.io.corpus.source_sha256``): the file's sha256, plus the fields for a
+    JSONL/CSV source. Raises :class:`InputError` for a missing file."""
+    return source_sha256(path)
 
 
 def corpus_key(corpus_shas: list[str], tokenizer_fingerprint: str) -> str:
@@ -101,9 +99,9 @@ def build_token_cache(corpus: list[str | os.PathLike], tokenizer, cache_dir: str
             buf: list[int] = []
             ends: list[int] = []
             for path in corpus:
-                total = count_lines(path) if progress else None
+                total = count_source_lines(path) if progress else None
                 n_file = 0
-                bar = tqdm(iter_lines(path), total=total, desc=f"tokenize {Path(path).name}", unit=" lines",
+                bar = tqdm(iter_source(path), total=total, desc=f"tokenize {parse_source(path)[0].name}", unit=" lines",
                            disable=not progress, mininterval=1.0)
                 for _lineno, text in bar:
                     if not text.strip():

@@ -18,7 +18,7 @@ SPECIALS = ["[PAD]", "[UNK]"]
 
 @pytest.fixture(scope="module")
 def sample_lines() -> list[str]:
-    from models.io.textio import iter_corpus
+    from models.io.corpus import iter_corpus
 
     return list(iter_corpus([SAMPLE_CORPUS]))
 

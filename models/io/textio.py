@@ -50,22 +50,6 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
             raise InputError(f"cannot read file: {e}", path=str(path)) from None
 
 
-def iter_corpus(paths: list[str | os.PathLike], skip_blank: bool = True) -> Iterator[str]:
-    """Yield paragraphs (one per line) from several corpus files; blank lines are skipped.
-
-    Raises :class:`InputError` if a file contains no non-blank line at all.
-    """
-    for path in paths:
-        n = 0
-        for _, text in iter_lines(path):
-            if skip_blank and not text.strip():
-                continue
-            n += 1
-            yield text
-        if n == 0:
-            raise InputError("corpus file is empty (no non-blank line)", path=str(path))
-
-
 def count_lines(path: str | os.PathLike) -> int:
     """Count lines quickly (for progress bars)."""
     n = 0

@@ -559,7 +559,7 @@ def train_tokenizer(corpus_files: Sequence[str | os.PathLike], vocab_size: int =
 
     from tqdm.auto import tqdm
 
-    from models.io.textio import count_lines, iter_corpus, iter_lines
+    from models.io.corpus import count_source_lines, iter_corpus, iter_source
     from models.text.wordpiece_trainer import train_wordpiece
 
     if vocab_size <= len(SPECIAL_TOKENS):
@@ -568,9 +568,9 @@ def train_tokenizer(corpus_files: Sequence[str | os.PathLike], vocab_size: int =
     if settings.subword_tokenizer_type != "wordpiece" or settings.special_tokens() != [UNK, SEP, PAD, CLS, MASK]:
         raise DenkiError("denki trains WordPiece vocabularies with its own five special tokens only")
     for f in corpus_files:  # validate every file up front (encoding errors name file:line) before the slow part
-        for _ in iter_lines(f):
+        for _ in iter_source(f):
             pass
-    total = sum(count_lines(f) for f in corpus_files)
+    total = sum(count_source_lines(f) for f in corpus_files)
     counts: Counter[str] = Counter()
     n_lines = 0
     for text in tqdm(iter_corpus(list(corpus_files)), total=total, unit=" lines", desc="tokenizer: segment+count",

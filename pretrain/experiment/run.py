@@ -76,7 +76,7 @@ def cls_probe(bundle: Path, texts: list[str], out_json: Path, max_length: int = 
 
 
 def _probe_texts(corpus: list[str], n: int = 64) -> list[str]:
-    from models.io.textio import iter_corpus
+    from models.io.corpus import iter_corpus
 
     texts = []
     for item in iter_corpus(corpus):
