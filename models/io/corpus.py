@@ -16,6 +16,7 @@ fields for a records source: the same file read through other fields is another 
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,7 +81,9 @@ def iter_source(spec: str | os.PathLike) -> Iterator[tuple[int, str]]:
     if fields is None:
         yield from iter_lines(path)
         return
-    seen: set[int] = set()  # hashes of the paragraphs seen: memory ~ 60 bytes per distinct paragraph
+    # 8-byte digests of the paragraphs seen (~80 bytes per distinct paragraph): deterministic, unlike hash(),
+    # whose per-process seed would make a (2^-64) collision, and so the token cache, differ between runs
+    seen: set[bytes] = set()
     for lineno, rec in iter_records(path):
         found = False
         for name in fields:
@@ -95,7 +98,7 @@ def iter_source(spec: str | os.PathLike) -> Iterator[tuple[int, str]]:
                 par = par.strip()
                 if not par:
                     continue
-                h = hash(par)
+                h = hashlib.blake2b(par.encode("utf-8"), digest_size=8).digest()
                 if h in seen:
                     continue
                 seen.add(h)
