@@ -356,8 +356,9 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
     state_path = part_out.with_name(part_out.name + ".state.json")
     if not inp.is_file():
         raise InputError("file not found", path=str(inp))
+    # every call is a full batch (bar a window's last): rank recorded variants by their batch-N time
     predictor = Predictor(model_dir, backend=backend, device=device,
-                          threads=plan_threads(workers, threads, "cpu")[0])
+                          threads=plan_threads(workers, threads, "cpu")[0], workload="batch")
     n_threads, n_calls = plan_threads(workers, threads, predictor.device)
     if predictor.kind != "onnx-classifier":
         raise DenkiError(f"{predictor.dir} is a {predictor.kind} bundle, not a classifier")

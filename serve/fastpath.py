@@ -108,10 +108,19 @@ def usable(candidate: dict, manifest: dict, available: dict) -> str | None:
     return None
 
 
+WORKLOADS = ("mixed", "batch")
+
+
 def recorded_choice(bundle_dir: str | os.PathLike, manifest: dict, available: dict, threads: int | None,
-                    fingerprint: dict | None = None) -> tuple[dict | None, str]:
+                    fingerprint: dict | None = None, workload: str = "mixed") -> tuple[dict | None, str]:
     """``(candidate, why)``: the fastest recorded candidate usable now for this CPU and thread count, or
-    ``(None, why not)`` — then the caller applies its default rule."""
+    ``(None, why not)`` — then the caller applies its default rule.
+
+    ``workload``: ``mixed`` (serving: the record's order, by ``score_ms``, the geometric mean of batch 1 and batch
+    N) or ``batch`` (batch scoring, where every call is a full batch: by ``bN_ms`` alone — e.g. static QDQ int8 is
+    the slowest int8 at batch 1 and the fastest at batch 32 on the development CPU)."""
+    if workload not in WORKLOADS:
+        raise DenkiError(f"unknown workload {workload!r}; choose {', '.join(WORKLOADS)}")
     rec = read_record(bundle_dir)
     if rec is None:
         return None, f"no {RECORD} in the bundle"
@@ -124,12 +133,17 @@ def recorded_choice(bundle_dir: str | os.PathLike, manifest: dict, available: di
         have = ", ".join(sorted(mine.get("by_threads") or {})) or "none"
         return None, f"no record for this CPU at threads={threads_key(threads)} (recorded: {have})"
     skipped = []
-    for c in entry.get("candidates", []):
+    cands = list(entry.get("candidates", []))
+    if workload == "batch":  # stable: ties keep the record's order
+        cands.sort(key=lambda c: c.get("bN_ms", float("inf")))
+    for c in cands:
         why = usable(c, manifest, available)
         if why is None:
             note = f"; skipped {'; '.join(skipped)}" if skipped else ""
-            return c, (f"recorded fastest on this CPU at threads={threads_key(threads)} "
-                       f"({c['score_ms']:.2f} ms, {entry.get('measured_at', '?')}){note}")
+            figure = (f"{c['bN_ms']:.2f} ms at batch {entry.get('batch_size', '?')}" if workload == "batch"
+                      else f"{c['score_ms']:.2f} ms")
+            return c, (f"recorded fastest{' for batches' if workload == 'batch' else ''} on this CPU at "
+                       f"threads={threads_key(threads)} ({figure}, {entry.get('measured_at', '?')}){note}")
         skipped.append(why)
     return None, "no recorded candidate is usable: " + "; ".join(skipped)
 

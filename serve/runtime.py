@@ -92,10 +92,13 @@ class Predictor:
     more at load, and writes nothing. Or one of :data:`MODEL_FILES` by name.
     ``device``: ``auto``, ``cpu`` or ``cuda``. ``threads``: onnxruntime intra-op threads (default: onnxruntime's
     choice). ``spinning``: ``session.intra_op.allow_spinning`` (default: the record's choice, else onnxruntime's).
+    ``workload``: which recorded figure ``auto`` ranks by — ``mixed`` (serving: batch 1 and batch N alike) or
+    ``batch`` (batch scoring, every call a full batch: batch N alone; :func:`serve.fastpath.recorded_choice`).
     """
 
     def __init__(self, bundle_dir: str | os.PathLike, *, backend: str = "auto", device: str = "auto",
-                 threads: int | None = None, verify: bool = True, spinning: bool | None = None):
+                 threads: int | None = None, verify: bool = True, spinning: bool | None = None,
+                 workload: str = "mixed"):
         self.dir = resolve_onnx_bundle(bundle_dir)
         self.manifest = verify_bundle(self.dir, kinds=ONNX_KINDS) if verify else read_manifest(self.dir)
         self.kind = self.manifest["kind"]
@@ -110,6 +113,7 @@ class Predictor:
         self.device = "cuda" if device == "cuda" or (device == "auto" and _cuda_usable()) else "cpu"
         self.threads = threads
         self.allow_spinning = spinning
+        self.workload = workload
         self.choice = "asked for by name"
         self.backend = self._choose_backend(backend, available)
         self.model_file = self.dir / available[self.backend]
@@ -139,7 +143,7 @@ class Predictor:
             return self._measure_now()
         from serve.fastpath import recorded_choice
 
-        picked, why = recorded_choice(self.dir, self.manifest, available, self.threads)
+        picked, why = recorded_choice(self.dir, self.manifest, available, self.threads, workload=self.workload)
         if picked is not None:
             self.choice = why
             if self.allow_spinning is None:  # the caller's explicit setting wins over the record's

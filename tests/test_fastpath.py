@@ -309,3 +309,30 @@ def test_qa_bundle_gets_the_variants_and_a_record(qa_bundle, tmp_path):
     ctx = "電気は東京で作られます。"
     r = p.answer("どこで作られますか", ctx)
     assert r["answer"] == ctx[r["start"]:r["end"]]
+
+
+def test_batch_scoring_ranks_recorded_variants_by_their_batch_time(bundle, tmp_path):
+    """Serving ranks by the batch-1/batch-N mean; batch scoring (every call a full batch) by batch N alone."""
+    import json as _json
+
+    from serve.batch import classify_file
+    from serve.fastpath import read_record, record
+    from serve.runtime import Predictor
+
+    entry = _fake_entry(bundle, ["int8", "int8-static", "fp32"])
+    entry["candidates"][1]["bN_ms"] = 5.0  # int8-static: second by the mixed score, first at batch N
+    record(bundle, entry, threads=None)
+    record(bundle, entry, threads=1)
+    assert read_record(bundle) is not None
+    assert Predictor(bundle, device="cpu").backend == "int8"
+    p = Predictor(bundle, device="cpu", workload="batch")
+    assert p.backend == "int8-static" and "recorded fastest for batches" in p.choice and "5.00 ms at batch 4" in p.choice
+    _fail_gate(bundle, "int8-static")  # never a variant that failed its gate, whatever it timed
+    assert Predictor(bundle, device="cpu", workload="batch").backend == "int8"
+    with pytest.raises(DenkiError, match="unknown workload"):
+        Predictor(bundle, device="cpu", workload="banana")
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(_json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in ["ログインできません"] * 3),
+                   encoding="utf-8")
+    res = classify_file(bundle, inp, tmp_path / "out.jsonl", text_field="text", workers=1, threads=1, progress=False)
+    assert "model.int8.onnx" in res["backend"] and res["rows_out"] == 3
