@@ -28,7 +28,8 @@ def experiment(tmp_path_factory, tiny_tokenizer_dir):
     qa_task.write_text(json.dumps({"name": "qa-mini", "kind": "qa", "train": str(SAMPLE_QA_TRAIN),
                                    "dev": str(SAMPLE_QA_DEV)}), encoding="utf-8")
     out = root / "out"
-    argv = ["experiment", "electra-vs-mlm", "--corpus", str(SAMPLE_CORPUS),
+    # the corpus: the sample text file plus the task's own questions read from its JSONL (a FILE:FIELD source)
+    argv = ["experiment", "electra-vs-mlm", "--corpus", str(SAMPLE_CORPUS), f"{root / 'route_train.jsonl'}:question",
             "--tokenizer", str(tiny_tokenizer_dir), "--out", str(out), "--size", "tiny",
             "--flops-budgets", "2e10", "--task", f"route=classify:{root / 'route_train.jsonl'}:"
                                                  f"{root / 'route_dev.jsonl'}:question",

@@ -168,9 +168,10 @@ def run_experiment(cfg: ExperimentConfig) -> dict:
         raise DenkiError("give at least one --tasks name")
     if len({t.name for t in cfg.tasks}) != len(cfg.tasks):
         raise DenkiError("task names must be unique")
-    for p in cfg.corpus:
-        if not Path(p).is_file():
-            raise DenkiError(f"corpus file not found: {p}")
+    from models.io.corpus import parse_source
+
+    for p in cfg.corpus:  # a missing file, or fields on a text file, fails here, before any stage runs
+        parse_source(p)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
