@@ -147,7 +147,7 @@ else:
     r = classify_file(spec["model"], spec["input"], spec["output"], text_field=spec["field"],
                       batch_size=spec["batch_size"], progress=False, **kw)
     rows = r["rows_in"]
-    extra = {k: r[k] for k in ("workers", "model_calls", "ort_threads", "window", "stage_seconds")}
+    extra = {k: r[k] for k in ("workers", "model_calls", "ort_threads", "window", "stage_seconds", "backend")}
 seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
 done.set()
 q = lambda a, b: max((m for t, m in samples if t0 + a * seconds <= t <= t0 + b * seconds), default=None)
@@ -341,7 +341,8 @@ def main() -> None:
                       "cpu_us_per_row": statistics.median(r["cpu_seconds"] for r in rs) / rows * 1e6,
                       "peak_rss_mib": max(r["peak_rss_mib"] for r in rs),
                       "rss_quarters_mib": rs[-1]["rss_quarters_mib"],
-                      **{k: rs[-1][k] for k in ("workers", "model_calls", "ort_threads", "window") if k in rs[-1]}}
+                      **{k: rs[-1][k] for k in ("workers", "model_calls", "ort_threads", "window", "backend")
+                         if k in rs[-1]}}
     print(f"after: {load_line()}")
     print()
     print(f"{summary[engines[0]]['rows']:,} rows, batch {args.batch_size}, workers {workers} "
@@ -353,6 +354,9 @@ def main() -> None:
         # a quarter shorter than the 0.25 s sampling period has no sample: "–"
         qs = " / ".join("–" if q is None else f"{q:.0f}" for q in s["rss_quarters_mib"])
         print(f"| {e} | {s['rows_per_s']:,.0f} | {s['cpu_us_per_row']:,.0f} | {s['peak_rss_mib']:.0f} | {qs} |")
+    for e in engines:  # which ONNX variant the engine ran, and why (Predictor.describe())
+        if summary[e].get("backend"):
+            print(f"{e} backend: {summary[e]['backend']}")
     ratios = {}
     if "denki" in summary and "transformers" in summary:
         ratios["denki_vs_transformers"] = summary["denki"]["rows_per_s"] / summary["transformers"]["rows_per_s"]
