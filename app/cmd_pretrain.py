@@ -12,8 +12,9 @@ def register(sub) -> None:
         "pretrain", help="pretrain an ELECTRA discriminator or an MLM encoder on a corpus",
         description="Pretrain on a Japanese corpus (UTF-8 text files, one paragraph per line, and/or the text "
                     "fields of JSONL/CSV records) with ELECTRA replaced-token detection (generator + "
-                    "discriminator, shared embeddings) or BERT-style MLM on the same encoder, until --steps or --max-flops is reached. Re-running the same command on "
-                    "the same --out resumes from the newest checkpoint. Writes OUT/metrics.jsonl, "
+                    "discriminator, shared embeddings) or BERT-style MLM on the same encoder, until --steps or "
+                    "--max-flops is reached. Re-running the same command on the same --out resumes from the "
+                    "newest checkpoint. Writes OUT/metrics.jsonl, "
                     "OUT/curves.png, OUT/summary.json and the model bundle OUT/bundle/. Multi-GPU: "
                     "`torchrun --nproc_per_node N -m app.cli pretrain ...`. Continued (domain-adaptive) pretraining: "
                     "--init-from BUNDLE starts from a pretrained bundle (`denki import` or an earlier run) with its "

@@ -101,7 +101,8 @@ def build_token_cache(corpus: list[str | os.PathLike], tokenizer, cache_dir: str
             for path in corpus:
                 total = count_source_lines(path) if progress else None
                 n_file = 0
-                bar = tqdm(iter_source(path), total=total, desc=f"tokenize {parse_source(path)[0].name}", unit=" lines",
+                name = parse_source(path)[0].name
+                bar = tqdm(iter_source(path), total=total, desc=f"tokenize {name}", unit=" lines",
                            disable=not progress, mininterval=1.0)
                 for _lineno, text in bar:
                     if not text.strip():

@@ -37,11 +37,12 @@ def test_jsonl_default_field_is_text_and_labels_are_not_read():
 def test_named_fields_split_paragraphs_and_skip_repeats(tmp_path):
     p = _jsonl(tmp_path / "qa.jsonl", [
         {"question": "誰が書いた?", "context": "第一段落。\n\n第二段落。", "label": "x"},
-        {"question": "いつ?", "context": "第一段落。\n\n第二段落。"},   # the same context again: not repeated
-        {"context": "第三段落。"},                                       # one of the fields is enough
+        {"question": "いつ?", "context": "第一段落。\n\n第二段落。"},  # the same context: not repeated
+        {"context": "第三段落。"},  # one of the fields is enough
     ])
     got = list(iter_source(f"{p}:question,context"))
-    assert got == [(1, "誰が書いた?"), (1, "第一段落。"), (1, "第二段落。"), (2, "いつ?"), (3, "第三段落。")]
+    assert got == [(1, "誰が書いた?"), (1, "第一段落。"), (1, "第二段落。"), (2, "いつ?"),
+                   (3, "第三段落。")]
     # the same file through other fields is another corpus (cache key, run identity)
     assert source_sha256(f"{p}:question") != source_sha256(f"{p}:question,context")
 
@@ -59,7 +60,8 @@ def test_csv_and_gz(tmp_path):
     p = tmp_path / "logs.csv.gz"
     with gzip.open(p, "wt", encoding="utf-8", newline="") as f:
         f.write('id,body\n1,"パスワードを忘れました。\n再発行できますか?"\n2,請求書の宛名を変えたい\n')
-    assert list(iter_corpus([f"{p}:body"])) == ["パスワードを忘れました。", "再発行できますか?", "請求書の宛名を変えたい"]
+    want = ["パスワードを忘れました。", "再発行できますか?", "請求書の宛名を変えたい"]
+    assert list(iter_corpus([f"{p}:body"])) == want
 
 
 def test_errors_name_file_line_and_field(tmp_path):
