@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Two more levers at 1e14 FLOPs, one per core, then 3-seed fine-tuning of each on the experiment's task samples
+# (denki finetune classify --seeds 3 on runs/evm2e14/data reproduces the experiment's cells exactly: docs/ftlr).
+#   MLM with mask rate 40 % (Wettig et al. 2023, "Should You Mask 15% in MLM?")   → runs/lever/mlm-m40-1e14
+#   ELECTRA lr 1e-3 with a generator ½ the discriminator's width (paper: ¼–½)      → runs/lever/electra-lr1e3-g05-1e14
+#   bash docs/levers1e14/more.sh        (fine-tuning reports: runs/lever/ft-NAME-TASK/report.json)
+set -u
+cd "$(dirname "$0")/../.."  # the repository root
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+C="../shared/data/corpus_manpages_ja.txt.gz ../shared/data/corpus_wiki_ja.txt.gz"
+P=".venv/bin/denki pretrain --corpus $C --tokenizer runs/tok8k --size tiny --max-flops 1e14 --seed 0 --no-progress"
+mkdir -p runs/lever
+start=$(date +%s)
+taskset -c 0 $P --objective mlm --mask-prob 0.4 --out runs/lever/mlm-m40-1e14 > runs/lever/mlm-m40-1e14.log 2>&1 &
+taskset -c 1 $P --objective electra --lr 1e-3 --gen-size 0.5 --out runs/lever/electra-lr1e3-g05-1e14 > runs/lever/electra-lr1e3-g05-1e14.log 2>&1 &
+wait
+echo "PRETRAIN wall $(( $(date +%s) - start )) s"
+D=runs/evm2e14/data
+ft() {  # $1 core, $2 run name, $3 task, $4 text field
+  [ -f runs/lever/ft-$2-$3/report.json ] || taskset -c $1 .venv/bin/denki finetune classify --model runs/lever/$2/bundle \
+    --train $D/$3/train.jsonl --dev $D/$3/dev.jsonl --text-field $4 --max-length 128 --seeds 3 --threads 1 \
+    --no-baseline --no-progress --out runs/lever/ft-$2-$3 > runs/lever/ft-$2-$3.log 2>&1
+}
+for name in mlm-m40-1e14 electra-lr1e3-g05-1e14; do
+  ft 0 $name livedoor-title title & ft 1 $name jaquad-qtype text & wait
+done
+echo "ALL wall $(( $(date +%s) - start )) s"
