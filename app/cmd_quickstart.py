@@ -24,7 +24,9 @@ ROUTING = (SAMPLES / "routing_train.jsonl", SAMPLES / "routing_dev.jsonl")
 QA = (SAMPLES / "qa_train.jsonl", SAMPLES / "qa_dev.jsonl")
 #: the quickstart's pretraining objective, from evidence (docs/results.md, "The quickstart's objective"): on this
 #: sample at 6e12 FLOPs MLM and ELECTRA routers tie (median of 3 fine-tuning seeds; MLM's seed SD 0.001 vs 0.021),
-#: both below the random-init control, which the quickstart then deploys. MLM matches `denki pretrain --size tiny`.
+#: both below the random-init control, which the quickstart then deploys. MLM matches `denki pretrain --size tiny`,
+#: and like it masks 40 % of the tokens (pretrain.train.MLM_TINY_MASK_PROB): on this sample at 6e12 FLOPs that router
+#: scored 0.750 vs 0.715 at 15 % (median of 3 seeds; random init 0.740; docs/results.md).
 QUICKSTART_OBJECTIVE = "mlm"
 OBJECTIVE_NAMES = {"mlm": "MLM", "electra": "ELECTRA"}
 
@@ -207,8 +209,11 @@ def cmd_quickstart(args) -> int:
         ctrl_report = json.loads((cls_ctrl / "report.json").read_text(encoding="utf-8"))
         qa_report = json.loads((qa_dir / "report.json").read_text(encoding="utf-8"))
         pre = json.loads((pre_dir / "summary.json").read_text(encoding="utf-8"))
+        run_json = pre_dir / "run.json"
+        run_ident = (json.loads(run_json.read_text(encoding="utf-8")).get("identity", {}) if run_json.is_file() else {})
         summary = {
-            "pretrain": {"objective": pre.get("objective"), "flops": pre.get("flops"), "steps": pre.get("steps"),
+            "pretrain": {"objective": pre.get("objective"), "mask_prob": run_ident.get("mask_prob"),
+                         "flops": pre.get("flops"), "steps": pre.get("steps"),
                          "tokens": pre.get("tokens"),
                          "wall_s": pre.get("wall_s"), "final": pre.get("final"),
                          "diagnostics": pre.get("diagnostics"), "health_warning": pre.get("health_warning")},
@@ -276,6 +281,7 @@ def format_summary(s: dict, out: Path, seconds: float) -> str:
     fin = p.get("final") or {}
     obj = p.get("objective") or "electra"  # summaries written before --objective existed were ELECTRA
     name = OBJECTIVE_NAMES.get(obj, obj)
+    mask = f", mask {100 * p['mask_prob']:.0f}%" if p.get("mask_prob") else ""
     learned = (f"generator accuracy {f(fin.get('gen_acc'), True)}%, disc P/R {f(fin.get('disc_precision'), True)}/"
                f"{f(fin.get('disc_recall'), True)}%" if obj != "mlm" else
                f"masked-token accuracy {f(fin.get('gen_acc'), True)}%")
@@ -285,7 +291,7 @@ def format_summary(s: dict, out: Path, seconds: float) -> str:
         "",
         "| stage | result |",
         "|---|---|",
-        f"| pretraining (tiny {name}) | {p['flops'] / 1e12:.1f} TFLOPs, {p['steps']} steps, {p['tokens']:,} tokens, "
+        f"| pretraining (tiny {name}{mask}) | {p['flops'] / 1e12:.1f} TFLOPs, {p['steps']} steps, {p['tokens']:,} tokens, "
         f"{(p.get('wall_s') or 0) / 60:.1f} min; {learned}" + _health(p) + " |",
         f"| routing, dev accuracy / macro-F1 | from tiny {name}: {f(r['pytorch'].get('accuracy'), True)} / "
         f"{f(r['pytorch'].get('macro_f1'), True)} · from random init: "

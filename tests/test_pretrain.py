@@ -417,6 +417,16 @@ def test_default_objective_per_size():
     assert default_objective("tiny", init_from="runs/imported") == "electra"  # an imported discriminator: RTD
 
 
+def test_default_mask_prob_per_objective():
+    """MLM from scratch at tiny masks 40 % (measured, docs/results.md); everything else the paper's 15 %."""
+    from pretrain.train import default_mask_prob
+
+    assert default_mask_prob("tiny", "mlm") == 0.4
+    assert default_mask_prob("tiny", "electra") == default_mask_prob("tiny", "electra15") == 0.15
+    assert default_mask_prob("small", "mlm") == default_mask_prob("base", "mlm") == 0.15  # unmeasured: the paper's
+    assert default_mask_prob("tiny", "mlm", init_from="runs/imported") == 0.15  # a checkpoint pretrained at 15 %
+
+
 def test_cli_mlm_run_and_export_subcommand(tiny_tokenizer_dir, cache_dir, tmp_path, capsys):
     from transformers import AutoModel, ElectraForSequenceClassification
 
@@ -429,6 +439,8 @@ def test_cli_mlm_run_and_export_subcommand(tiny_tokenizer_dir, cache_dir, tmp_pa
                "--save-every", "2"])
     printed = capsys.readouterr().out
     assert rc == 0 and "mlm-tiny 3 steps" in printed
+    # no --mask-prob: tiny MLM's measured default, resolved before anything uses it (identity, FLOPs, bundle)
+    assert json.loads((out / "run.json").read_text())["identity"]["mask_prob"] == 0.4
     # --no-progress: one plain line per checkpoint (steps 2 and 3, the last), for logs of background jobs
     lines = [ln for ln in printed.splitlines() if ln.startswith("pretrain: step ")]
     assert [ln.split()[2] for ln in lines] == ["2/3,", "3/3,"] and "gen_acc" in lines[-1]

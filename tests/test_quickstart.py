@@ -24,7 +24,8 @@ def test_quickstart_pipeline_end_to_end_and_rerun_skips(tmp_path, capsys):
     assert s["pretrain"]["flops"] >= 0.995e12
     # the default objective is MLM (the measured choice, app/cmd_quickstart.QUICKSTART_OBJECTIVE), said on its row;
     # the pretraining health probe (models/training/pretrain_health.py) is in the summary and printed there too
-    assert s["pretrain"]["objective"] == "mlm" and "| pretraining (tiny MLM) |" in printed
+    assert s["pretrain"]["objective"] == "mlm" and "| pretraining (tiny MLM, mask 40%) |" in printed
+    assert s["pretrain"]["mask_prob"] == 0.4  # tiny MLM's default (pretrain.train.MLM_TINY_MASK_PROB)
     assert "masked-token accuracy" in printed and "from tiny MLM:" in printed
     d = s["pretrain"]["diagnostics"]
     assert d["cls_spread"] >= 0 and "disc_auc" not in d and "probe: [CLS] spread" in printed

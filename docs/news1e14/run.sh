@@ -17,7 +17,7 @@ start=$(date +%s)
 taskset -c 0 .venv/bin/denki pretrain --corpus $C --tokenizer runs/tok8k --size tiny --objective electra --lr 1e-3 \
   --max-flops 1e14 --seed 0 --no-progress --out runs/news/electra-lr1e3-1e14 > runs/news/electra.log 2>&1 &
 sleep 60  # let the first one build the token cache; the second then reads it
-taskset -c 1 .venv/bin/denki pretrain --corpus $C --tokenizer runs/tok8k --size tiny --objective mlm \
+taskset -c 1 .venv/bin/denki pretrain --corpus $C --tokenizer runs/tok8k --size tiny --objective mlm --mask-prob 0.15 \
   --max-flops 1e14 --seed 0 --no-progress --out runs/news/mlm-1e14 > runs/news/mlm.log 2>&1 &
 wait
 echo "PRETRAIN wall $(( $(date +%s) - start )) s"

@@ -3,7 +3,8 @@
 # The same comparison on another pretraining corpus (docs/qstapt/run.sh) sets, in the environment:
 #   D (output folder, default runs/qsobj), CORPUS (pretraining sources, default samples/corpus_ja.txt),
 #   TOK (tokenizer, default D/tok, trained on samples/corpus_ja.txt), OBJECTIVES (default "electra mlm"),
-#   CONTROL (1: also the random-init router, which does not depend on the corpus; default 1)
+#   CONTROL (1: also the random-init router, which does not depend on the corpus; default 1),
+#   PRETRAIN_ARGS (more `denki pretrain` options; default "--mask-prob 0.15", e.g. "--mask-prob 0.4")
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -12,11 +13,12 @@ CORPUS=${CORPUS:-samples/corpus_ja.txt}
 TOK=${TOK:-$D/tok}
 OBJECTIVES=${OBJECTIVES:-electra mlm}
 CONTROL=${CONTROL:-1}
+PRETRAIN_ARGS=${PRETRAIN_ARGS:---mask-prob 0.15}  # the published runs: 15 % for both (MLM tiny now defaults to 0.4)
 B=.venv/bin/denki
 [ -f $TOK/vocab.txt ] || $B tokenizer train --corpus samples/corpus_ja.txt --vocab-size 8000 --limit-alphabet 2500 --out $TOK
 for obj in $OBJECTIVES; do
   [ -f $D/pre-$obj/bundle/manifest.json ] || /usr/bin/time -f "pretrain $obj %e s" $B pretrain --corpus $CORPUS --tokenizer $TOK \
-     --size tiny --objective $obj --max-flops 6e12 --batch-size 32 --seq-len 128 --seed 0 --cache-dir $D/cache --out $D/pre-$obj
+     --size tiny --objective $obj --max-flops 6e12 --batch-size 32 --seq-len 128 --seed 0 $PRETRAIN_ARGS --cache-dir $D/cache --out $D/pre-$obj
 done
 for init in $OBJECTIVES $([ "$CONTROL" = 1 ] && echo random); do
   if [ $init = random ]; then M="--init-random tiny --tokenizer $TOK"; else M="--model $D/pre-$init/bundle"; fi
