@@ -4,16 +4,19 @@
 #   core 1: the quickstart's budget and data (6e12, samples/, docs/qsobj)   → runs/qsm40
 # then 3-seed fine-tuning of the seed-1 encoder on the experiment's task samples, as in more.sh.
 #   bash docs/levers1e14/m40.sh
+#   CORE=1 SEED=2 bash docs/levers1e14/m40.sh   (a third pretraining seed, on core 1, → runs/lever/mlm-m40-1e14-s2)
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 C="../shared/data/corpus_manpages_ja.txt.gz ../shared/data/corpus_wiki_ja.txt.gz"
 mkdir -p runs/lever
 start=$(date +%s)
-[ -f runs/lever/mlm-m40-1e14-s1/bundle/manifest.json ] || taskset -c 0 .venv/bin/denki pretrain --corpus $C \
-  --tokenizer runs/tok8k --size tiny --max-flops 1e14 --seed 1 --no-progress --objective mlm --mask-prob 0.4 \
-  --out runs/lever/mlm-m40-1e14-s1 > runs/lever/mlm-m40-1e14-s1.log 2>&1 &
-D=runs/qsm40 OBJECTIVES=mlm CONTROL=0 PRETRAIN_ARGS="--mask-prob 0.4" taskset -c 1 bash docs/qsobj/run.sh \
+SEED=${SEED:-1}
+N=mlm-m40-1e14-s$SEED
+[ -f runs/lever/$N/bundle/manifest.json ] || taskset -c ${CORE:-0} .venv/bin/denki pretrain --corpus $C \
+  --tokenizer runs/tok8k --size tiny --max-flops 1e14 --seed $SEED --no-progress --objective mlm --mask-prob 0.4 \
+  --out runs/lever/$N > runs/lever/$N.log 2>&1 &
+[ $SEED = 1 ] && D=runs/qsm40 OBJECTIVES=mlm CONTROL=0 PRETRAIN_ARGS="--mask-prob 0.4" taskset -c 1 bash docs/qsobj/run.sh \
   > runs/qsm40.log 2>&1 &
 wait
 echo "PRETRAIN wall $(( $(date +%s) - start )) s"
@@ -23,5 +26,5 @@ ft() {  # $1 core, $2 run name, $3 task, $4 text field
     --train $D/$3/train.jsonl --dev $D/$3/dev.jsonl --text-field $4 --max-length 128 --seeds 3 --threads 1 \
     --no-baseline --no-progress --out runs/lever/ft-$2-$3 > runs/lever/ft-$2-$3.log 2>&1
 }
-ft 0 mlm-m40-1e14-s1 livedoor-title title & ft 1 mlm-m40-1e14-s1 jaquad-qtype text & wait
+ft 0 $N livedoor-title title & ft 1 $N jaquad-qtype text & wait
 echo "ALL wall $(( $(date +%s) - start )) s"
