@@ -20,11 +20,6 @@ N=mlm-m40-1e14-s$SEED
   > runs/qsm40.log 2>&1 &
 wait
 echo "PRETRAIN wall $(( $(date +%s) - start )) s"
-D=runs/evm2e14/data
-ft() {  # $1 core, $2 run name, $3 task, $4 text field
-  [ -f runs/lever/ft-$2-$3/report.json ] || taskset -c $1 .venv/bin/denki finetune classify --model runs/lever/$2/bundle \
-    --train $D/$3/train.jsonl --dev $D/$3/dev.jsonl --text-field $4 --max-length 128 --seeds 3 --threads 1 \
-    --no-baseline --no-progress --out runs/lever/ft-$2-$3 > runs/lever/ft-$2-$3.log 2>&1
-}
-ft 0 $N livedoor-title title & ft 1 $N jaquad-qtype text & wait
+. docs/levers1e14/ft.sh  # ft CORE RUN_DIR TASK TEXT_FIELD
+ft 0 runs/lever/$N livedoor-title title & ft 1 runs/lever/$N jaquad-qtype text & wait
 echo "ALL wall $(( $(date +%s) - start )) s"

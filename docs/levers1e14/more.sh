@@ -15,13 +15,8 @@ taskset -c 0 $P --objective mlm --mask-prob 0.4 --out runs/lever/mlm-m40-1e14 > 
 taskset -c 1 $P --objective electra --lr 1e-3 --gen-size 0.5 --out runs/lever/electra-lr1e3-g05-1e14 > runs/lever/electra-lr1e3-g05-1e14.log 2>&1 &
 wait
 echo "PRETRAIN wall $(( $(date +%s) - start )) s"
-D=runs/evm2e14/data
-ft() {  # $1 core, $2 run name, $3 task, $4 text field
-  [ -f runs/lever/ft-$2-$3/report.json ] || taskset -c $1 .venv/bin/denki finetune classify --model runs/lever/$2/bundle \
-    --train $D/$3/train.jsonl --dev $D/$3/dev.jsonl --text-field $4 --max-length 128 --seeds 3 --threads 1 \
-    --no-baseline --no-progress --out runs/lever/ft-$2-$3 > runs/lever/ft-$2-$3.log 2>&1
-}
+. docs/levers1e14/ft.sh  # ft CORE RUN_DIR TASK TEXT_FIELD
 for name in mlm-m40-1e14 electra-lr1e3-g05-1e14; do
-  ft 0 $name livedoor-title title & ft 1 $name jaquad-qtype text & wait
+  ft 0 runs/lever/$name livedoor-title title & ft 1 runs/lever/$name jaquad-qtype text & wait
 done
 echo "ALL wall $(( $(date +%s) - start )) s"

@@ -9,12 +9,6 @@ start=$(date +%s)
 [ -f runs/top/mlm-m40-2e14/bundle/manifest.json ] || taskset -c ${CORE:-0} bash docs/top2e14/launch.sh mlm-m40-2e14 mlm \
   --mask-prob 0.4 --no-progress > runs/top/mlm-m40-2e14.log 2>&1
 echo "PRETRAIN wall $(( $(date +%s) - start )) s"
-D=runs/evm2e14/data
-ft() {  # $1 core, $2 task, $3 text field
-  [ -f runs/top/ft-mlm-m40-2e14-$2/report.json ] || taskset -c $1 .venv/bin/denki finetune classify \
-    --model runs/top/mlm-m40-2e14/bundle --train $D/$2/train.jsonl --dev $D/$2/dev.jsonl --text-field $3 \
-    --max-length 128 --seeds 3 --threads 1 --no-baseline --no-progress --out runs/top/ft-mlm-m40-2e14-$2 \
-    > runs/top/ft-mlm-m40-2e14-$2.log 2>&1
-}
-ft 0 livedoor-title title & ft 1 jaquad-qtype text & wait
+. docs/levers1e14/ft.sh  # ft CORE RUN_DIR TASK TEXT_FIELD
+ft 0 runs/top/mlm-m40-2e14 livedoor-title title & ft 1 runs/top/mlm-m40-2e14 jaquad-qtype text & wait
 echo "ALL wall $(( $(date +%s) - start )) s"
