@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # MLM with a 40 % mask rate at the top CPU budget, 2e14 FLOPs (the 15 % run: docs/top2e14/launch.sh mlm-2e14 mlm),
 # on one core, then 3-seed fine-tuning on the experiment's task samples (reproduces the experiment's cells: docs/ftlr).
-#   bash docs/top2e14/m40.sh     (→ runs/top/mlm-m40-2e14; reports runs/top/ft-mlm-m40-2e14-TASK/report.json)
+#   bash docs/top2e14/m40.sh          (→ runs/top/mlm-m40-2e14; reports runs/top/ft-mlm-m40-2e14-TASK/report.json)
+#   SEED=1 bash docs/top2e14/m40.sh   (a second pretraining seed → runs/top/mlm-m40-2e14-s1)
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 start=$(date +%s)
-[ -f runs/top/mlm-m40-2e14/bundle/manifest.json ] || taskset -c ${CORE:-0} bash docs/top2e14/launch.sh mlm-m40-2e14 mlm \
-  --mask-prob 0.4 --no-progress > runs/top/mlm-m40-2e14.log 2>&1
+SEED=${SEED:-0}
+N=mlm-m40-2e14; [ $SEED = 0 ] || N=$N-s$SEED
+mkdir -p runs/top
+[ -f runs/top/$N/bundle/manifest.json ] || taskset -c ${CORE:-0} bash docs/top2e14/launch.sh $N mlm \
+  --mask-prob 0.4 --seed $SEED --no-progress > runs/top/$N.log 2>&1
 echo "PRETRAIN wall $(( $(date +%s) - start )) s"
 . docs/levers1e14/ft.sh  # ft CORE RUN_DIR TASK TEXT_FIELD
-ft 0 runs/top/mlm-m40-2e14 livedoor-title title & ft 1 runs/top/mlm-m40-2e14 jaquad-qtype text & wait
+ft 0 runs/top/$N livedoor-title title & ft 1 runs/top/$N jaquad-qtype text & wait
 echo "ALL wall $(( $(date +%s) - start )) s"

@@ -1,0 +1,75 @@
+"""Collect the two-stage experiment's outputs (docs/twostage/run.sh) into docs/twostage/: report.md, report.json,
+each fine-tuning report and each pretraining run's summary.json and metrics.jsonl.
+    python docs/twostage/summarize.py            (reads runs/twostage; missing cells are shown as "—")"""
+import json
+import shutil
+import sys
+from pathlib import Path
+
+R, OUT = Path("runs/twostage"), Path(__file__).resolve().parent
+TASKS = ("livedoor-title", "jaquad-qtype")
+ENCODERS = [  # (name, pretraining run dirs whose summaries are kept, fine-tuning dir prefix)
+    ("random init (re-run on this machine)", [], "ft-random"),
+    ("MLM 40 %, 5e13 (stage 1 only)", ["mlm-5e13"], None),
+    ("MLM 5e13 → MLM +2.5e13 (control)", ["mlm-then-mlm"], "ft-mlm-then-mlm"),
+    ("MLM 5e13 → ELECTRA +2.5e13 (two-stage)", ["mlm-then-electra"], "ft-mlm-then-electra"),
+]
+
+
+def cell(prefix, task):
+    p = R / f"{prefix}-{task}" / "report.json"
+    if prefix is None or not p.is_file():
+        return None
+    rep = json.loads(p.read_text(encoding="utf-8"))
+    shutil.copyfile(p, OUT / f"{prefix}-{task}.json")
+    s = rep["seed_summary"]
+    return {"median": s["macro_f1_median"], "min": s["macro_f1_min"], "max": s["macro_f1_max"], "sd": s["macro_f1_std"],
+            "seeds": [x["macro_f1"] for x in rep["seeds"]]}
+
+
+def pretrain_summary(run):
+    d = R / run
+    if not (d / "metrics.jsonl").is_file():
+        return None
+    shutil.copyfile(d / "metrics.jsonl", OUT / f"{run}.metrics.jsonl")
+    rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    last = rows[-1]
+    summary = {}
+    if (d / "summary.json").is_file():  # written when the run finished
+        shutil.copyfile(d / "summary.json", OUT / f"{run}.summary.json")
+        summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+    probe = summary.get("diagnostics") or {}
+    return {"finished": bool(summary.get("finished")), "steps": last["step"], "flops": last["flops"],
+            "total_flops": summary.get("total_flops"), "gen_acc": last.get("gen_acc"),
+            "disc_recall": last.get("disc_recall"), "disc_precision": last.get("disc_precision"),
+            "disc_auc": probe.get("disc_auc"), "cls_spread": probe.get("cls_spread"),
+            "health_warning": summary.get("health_warning")}
+
+
+def fmt(c):
+    return "—" if c is None else f"{c['median']:.3f} ({c['min']:.3f}–{c['max']:.3f})"
+
+
+def main():
+    report = []
+    lines = ["| encoder | steps | gen / MLM acc (end) | disc recall, probe AUC (end) | [CLS] spread | livedoor-title | jaquad-qtype |",
+             "|---|---:|---:|---|---:|---|---|"]
+    for name, runs, prefix in ENCODERS:
+        pre = {r: pretrain_summary(r) for r in runs}
+        cells = {t: cell(prefix, t) for t in TASKS}
+        report.append({"encoder": name, "pretraining": pre, "dev_macro_f1": cells})
+        p = next(iter(pre.values()), None) or {}
+        g, rc, auc, cs = (p.get(k) for k in ("gen_acc", "disc_recall", "disc_auc", "cls_spread"))
+        f3 = lambda x: "–" if x is None else f"{x:.3f}"  # noqa: E731
+        disc = "–" if rc is None else f"{rc:.3f}, {f3(auc)}"
+        lines.append(f"| {name} | {p.get('steps', '–')} | {f3(g)} | {disc} | {f3(cs)} | "
+                     f"{fmt(cells['livedoor-title'])} | {fmt(cells['jaquad-qtype'])} |")
+    (OUT / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (OUT / "report.md").write_text("# Two-stage pretraining (docs/twostage/run.sh)\n\nDev macro-F1, median (min–max) "
+                                   "of 3 fine-tuning seeds.\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
