@@ -14,14 +14,13 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 C="../shared/data/corpus_manpages_ja.txt.gz ../shared/data/corpus_wiki_ja.txt.gz"
 R=runs/twostage; B=.venv/bin/denki
 mkdir -p $R
+. docs/levers1e14/ft.sh  # ft CORE RUN_DIR TASK TEXT_FIELD; ft_model CORE OUT TASK TEXT_FIELD MODEL_OPTIONS...
 start=$(date +%s)
 [ -f $R/mlm-5e13/bundle/manifest.json ] || taskset -c 0 $B pretrain --corpus $C --tokenizer runs/tok8k --size tiny \
   --objective mlm --mask-prob 0.4 --max-flops 5e13 --seed 0 --no-progress --out $R/mlm-5e13 > $R/mlm-5e13.log 2>&1 &
-for t in "livedoor-title title" "jaquad-qtype text"; do set -- $t
-  [ -f $R/ft-random-$1/report.json ] || taskset -c 1 $B finetune classify --init-random tiny --tokenizer runs/tok8k \
-    --train runs/evm2e14/data/$1/train.jsonl --dev runs/evm2e14/data/$1/dev.jsonl --text-field $2 --max-length 128 \
-    --seeds 3 --threads 1 --no-baseline --no-progress --out $R/ft-random-$1 > $R/ft-random-$1.log 2>&1
-done &
+INIT_RANDOM="--init-random tiny --tokenizer runs/tok8k"
+{ ft_model 1 $R/ft-random-livedoor-title livedoor-title title $INIT_RANDOM
+  ft_model 1 $R/ft-random-jaquad-qtype jaquad-qtype text $INIT_RANDOM; } &
 wait
 echo "STAGE1 wall $(( $(date +%s) - start )) s"
 S2="--init-from $R/mlm-5e13/bundle --corpus $C --max-flops 2.5e13 --lr 1e-3 --seed 0 --no-progress"
@@ -31,7 +30,6 @@ S2="--init-from $R/mlm-5e13/bundle --corpus $C --max-flops 2.5e13 --lr 1e-3 --se
   --out $R/mlm-then-mlm > $R/mlm-then-mlm.log 2>&1 &
 wait
 echo "STAGE2 wall $(( $(date +%s) - start )) s"
-. docs/levers1e14/ft.sh  # ft CORE RUN_DIR TASK TEXT_FIELD
 ft 0 $R/mlm-then-electra livedoor-title title & ft 1 $R/mlm-then-mlm livedoor-title title & wait
 ft 0 $R/mlm-then-electra jaquad-qtype text & ft 1 $R/mlm-then-mlm jaquad-qtype text & wait
 echo "ALL wall $(( $(date +%s) - start )) s"
