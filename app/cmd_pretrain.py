@@ -34,11 +34,12 @@ def register(sub) -> None:
     p.add_argument("--gen-layers", type=int, default=None,
                    help="--gen-init copy: generator depth (default: a quarter of the discriminator's layers, ≥ 1)")
     p.add_argument("--size", choices=("tiny", "small", "base"), default="tiny")
-    p.add_argument("--objective", choices=("electra", "mlm", "electra15"), default=None,
+    p.add_argument("--objective", choices=("electra", "mlm", "electra15", "electra-mlm"), default=None,
                    help="default: mlm for --size tiny (at CPU budgets ≤ 2e14 FLOPs a tiny ELECTRA fine-tunes below "
                         "random init, MLM at or above it: docs/results.md), electra for small/base and with "
                         "--init-from. electra15 = the paper's 'ELECTRA 15%%' ablation (disc loss on masked "
-                        "positions only)")
+                        "positions only); electra-mlm = ELECTRA whose discriminator also predicts the original "
+                        "token at the masked positions (a hybrid; docs/pretrain.md)")
     p.add_argument("--out", metavar="DIR", help="run directory (checkpoints, metrics, bundle)")
     p.add_argument("--max-flops", type=float, default=None, metavar="F",
                    help="stop when cumulative training FLOPs reach F (e.g. 3.5e13), or when the steps planned to spend F "

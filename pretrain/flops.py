@@ -39,9 +39,11 @@ def disc_head_forward_flops(cfg, batch: int, seq_len: int) -> int:
 def step_flops(objective: str, disc_cfg, gen_cfg, batch: int, seq_len: int, n_masked: int) -> int:
     """Training FLOPs of one optimizer step (forward + backward = 3 × forward) on one ``(batch, seq_len)`` batch
     with ``n_masked`` predicted positions."""
-    if objective in ("electra", "electra15"):  # electra15 differs only in which tokens the disc loss averages
+    if objective in ("electra", "electra15", "electra-mlm"):  # electra15: only which tokens the disc loss averages
         fwd = (encoder_forward_flops(gen_cfg, batch, seq_len) + mlm_head_forward_flops(gen_cfg, n_masked)
                + encoder_forward_flops(disc_cfg, batch, seq_len) + disc_head_forward_flops(disc_cfg, batch, seq_len))
+        if objective == "electra-mlm":  # the discriminator's own (corrective) MLM head at the masked positions
+            fwd += mlm_head_forward_flops(disc_cfg, n_masked)
     elif objective == "mlm":
         fwd = encoder_forward_flops(disc_cfg, batch, seq_len) + mlm_head_forward_flops(disc_cfg, n_masked)
     else:

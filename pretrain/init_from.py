@@ -102,12 +102,12 @@ def build_from_bundle(objective: str, bundle: Path, *, gen_init: str | None = No
     from models.bundle.importer import generator_of
     from models.bundle.presets import generator_config
 
-    from .model import MLMPretrainer, RTDPretrainer
+    from .model import RTD_OBJECTIVES, MLMPretrainer, RTDPretrainer, rtd_options
 
     model_type, arch = bundle_architecture(bundle)
     drop = _dropout_kw(dropout)
     record: dict = {"architecture": arch}
-    if objective in ("electra", "electra15"):
+    if objective in RTD_OBJECTIVES:
         if model_type != "electra":
             raise DenkiError(f"{bundle}: a {arch} has no replaced-token-detection discriminator; continue it with "
                              "--objective mlm (RTD needs an ELECTRA bundle)")
@@ -146,7 +146,7 @@ def build_from_bundle(objective: str, bundle: Path, *, gen_init: str | None = No
         gen.config.architectures = ["ElectraForMaskedLM"]
         record["gen_init"] = gen_init
         record["new_parameters"]["generator"] = gmissing
-        model = RTDPretrainer(disc.config, gen.config, disc_weight, masked_only=objective == "electra15",
+        model = RTDPretrainer(disc.config, gen.config, disc_weight, **rtd_options(objective),
                               prior=mask_prob, share_embeddings=share_embeddings, discriminator=disc, generator=gen,
                               init_prior=new_head)
         return model, record
@@ -184,7 +184,7 @@ def rebuild(model_config: dict):
     """Empty modules of the shape a checkpoint was saved from (random values; the checkpoint overwrites all)."""
     import transformers
 
-    from .model import MLMPretrainer, RTDPretrainer
+    from .model import MLMPretrainer, RTDPretrainer, rtd_options
 
     disc_cfg = config_from_dict(model_config["disc"])
     classes = model_config.get("classes") or {}
@@ -193,5 +193,5 @@ def rebuild(model_config: dict):
         return MLMPretrainer(disc_cfg, model=mlm)
     gen_cfg = config_from_dict(model_config["gen"])
     return RTDPretrainer(disc_cfg, gen_cfg, model_config.get("disc_weight", 50.0),
-                         masked_only=model_config["objective"] == "electra15",
+                         **rtd_options(model_config["objective"]),
                          share_embeddings=model_config.get("share_embeddings", True))

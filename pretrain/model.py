@@ -22,6 +22,14 @@ Losses (choices follow the official implementation; "mean" everywhere):
 Objective ``electra15`` is the paper's "ELECTRA 15%" ablation (Table 5): the same model, but the discriminator
 loss is averaged over the masked positions only, so it learns from 15% of the tokens as MLM does.
 
+Objective ``electra-mlm`` (a hybrid, not in the paper): ELECTRA as above, plus a *corrective* MLM loss on the
+discriminator — at the masked positions it also predicts the original token from the corrupted input (a tied LM
+head on the discriminator's embeddings, ``disc_mlm_head``, dropped at export). Why: at CPU budgets (≤ 2e14 FLOPs)
+every pure-RTD recipe measured fine-tuned below random init while MLM paid off (docs/results.md), so the
+discriminator gets MLM's per-token signal as well as RTD's on every token. Close in spirit to TEAMS (Shen et al.
+2021), whose discriminator also picks the original token at the masked positions (among a few candidates there;
+over the whole vocabulary here). total = gen_mlm + λ·disc + disc_mlm.
+
 The generator's LM head runs only on the masked positions (``(M, V)`` logits instead of ``(B·L, V)``), which is
 what makes the RTD step cheap. Replacements are drawn from the generator's softmax by inverse-CDF sampling on
 fp32 logits under ``torch.no_grad`` (exactly the distribution the Gumbel-max trick samples, at one uniform draw
@@ -64,12 +72,13 @@ class RTDPretrainer(nn.Module):
 
     def __init__(self, disc_config, gen_config, disc_weight: float = 50.0, masked_only: bool = False,
                  prior: float = 0.15, share_embeddings: bool = True, *, discriminator=None, generator=None,
-                 init_prior: bool = True):
+                 init_prior: bool = True, disc_mlm: bool = False):
         """``discriminator`` / ``generator``: ready-made ``ElectraForPreTraining`` / ``ElectraForMaskedLM``
         (continued pretraining) instead of fresh ones from the configs; ``init_prior=False`` keeps a loaded
-        discriminator head's bias."""
+        discriminator head's bias. ``disc_mlm``: objective ``electra-mlm`` (module docstring)."""
         super().__init__()
         from transformers import ElectraForMaskedLM, ElectraForPreTraining
+        from transformers.models.electra.modeling_electra import ElectraGeneratorPredictions
 
         self.discriminator = discriminator if discriminator is not None else ElectraForPreTraining(disc_config)
         self.generator = generator if generator is not None else ElectraForMaskedLM(gen_config)
@@ -83,7 +92,16 @@ class RTDPretrainer(nn.Module):
         self.generator.generator_lm_head.weight = self.generator.electra.embeddings.word_embeddings.weight
         self.disc_weight = float(disc_weight)
         self.masked_only = bool(masked_only)  # "ELECTRA 15%": disc loss on the masked positions only
-        self.objective = "electra15" if masked_only else "electra"
+        if masked_only and disc_mlm:
+            raise ValueError("electra15 and electra-mlm are separate objectives")
+        self.objective = "electra15" if masked_only else "electra-mlm" if disc_mlm else "electra"
+        self.disc_mlm_head = None
+        if disc_mlm:
+            # hidden → embedding transform (+ GELU, LayerNorm) as the generator's; the output layer is the
+            # discriminator's word embeddings (tied, as MLM's) plus its own bias: (M, H) → (M, V)
+            dcfg = self.discriminator.config
+            self.disc_mlm_head = ElectraGeneratorPredictions(dcfg)
+            self.disc_mlm_bias = nn.Parameter(torch.zeros(dcfg.vocab_size))
         self.sampler = inverse_cdf_sample  # replaceable in tests
         if init_prior:
             self.init_disc_prior(prior)
@@ -130,6 +148,15 @@ class RTDPretrainer(nn.Module):
         scored = positions if self.masked_only else nonpad  # (B, L) bool: tokens the disc loss averages over
         disc_loss = (per_tok * scored).sum() / scored.sum().clamp(min=1)
         loss = mlm_loss + self.disc_weight * disc_loss
+        extra = {}
+        if self.disc_mlm_head is not None:
+            # corrective MLM: the original token at every masked position, from the discriminator's view of the
+            # corrupted sequence (a sampled replacement, or the original where the generator drew it)
+            dlogits = self.disc_mlm_logits(hidden[positions])                # (M, V)
+            disc_mlm_loss = F.cross_entropy(dlogits.float(), targets)
+            loss = loss + disc_mlm_loss
+            extra = {"disc_mlm_loss": disc_mlm_loss.detach(),
+                     "disc_mlm_correct": (dlogits.detach().argmax(-1) == targets).sum()}
         with torch.no_grad():
             pred = (disc_logits > 0) & nonpad
             stats = {
@@ -138,7 +165,12 @@ class RTDPretrainer(nn.Module):
                 "disc_correct": ((pred == labels) & nonpad).sum(), "disc_tp": (pred & labels).sum(),
                 "disc_pred_pos": pred.sum(),
             }
-        return {"loss": loss, "mlm_loss": mlm_loss.detach(), "disc_loss": disc_loss.detach(), **stats}
+        return {"loss": loss, "mlm_loss": mlm_loss.detach(), "disc_loss": disc_loss.detach(), **stats, **extra}
+
+    def disc_mlm_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """``(M, H)`` discriminator states at the masked positions → ``(M, V)`` logits (``electra-mlm`` only)."""
+        w = self.discriminator.electra.embeddings.word_embeddings.weight   # (V, E)
+        return self.disc_mlm_head(h) @ w.T + self.disc_mlm_bias
 
 
 class MLMPretrainer(nn.Module):
@@ -185,8 +217,13 @@ class MLMPretrainer(nn.Module):
 
 
 #: objectives with a generator + discriminator (replaced-token detection)
-RTD_OBJECTIVES = ("electra", "electra15")
+RTD_OBJECTIVES = ("electra", "electra15", "electra-mlm")
 OBJECTIVES = (*RTD_OBJECTIVES, "mlm")
+
+
+def rtd_options(objective: str) -> dict:
+    """The :class:`RTDPretrainer` switches an RTD objective name stands for."""
+    return {"masked_only": objective == "electra15", "disc_mlm": objective == "electra-mlm"}
 
 
 def build_pretrainer(objective: str, disc_config, gen_config=None, disc_weight: float = 50.0,
@@ -194,8 +231,8 @@ def build_pretrainer(objective: str, disc_config, gen_config=None, disc_weight: 
     """``mask_prob`` sets the discriminator's initial output bias (see :meth:`RTDPretrainer.init_disc_prior`);
     ``share_embeddings`` (RTD only): one embeddings module for generator and discriminator, or one each."""
     if objective in RTD_OBJECTIVES:
-        return RTDPretrainer(disc_config, gen_config, disc_weight, masked_only=objective == "electra15",
-                             prior=mask_prob, share_embeddings=share_embeddings)
+        return RTDPretrainer(disc_config, gen_config, disc_weight, prior=mask_prob,
+                             share_embeddings=share_embeddings, **rtd_options(objective))
     if objective == "mlm":
         return MLMPretrainer(disc_config)
     raise ValueError(f"unknown objective {objective!r}")

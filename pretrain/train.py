@@ -211,7 +211,8 @@ def _check_same_run(out: Path, ident: dict) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ metrics
-_SUM_KEYS = ("n_masked", "gen_correct", "n_nonpad", "n_replaced", "disc_correct", "disc_tp", "disc_pred_pos")
+_SUM_KEYS = ("n_masked", "gen_correct", "n_nonpad", "n_replaced", "disc_correct", "disc_tp", "disc_pred_pos",
+             "disc_mlm_correct")
 
 
 def _metrics_line(step, tokens, flops, acc: dict, n_steps: int, lr: float, tok_s: float, wall: float) -> dict:
@@ -227,6 +228,9 @@ def _metrics_line(step, tokens, flops, acc: dict, n_steps: int, lr: float, tok_s
                    disc_recall=div(acc["disc_tp"], acc["n_replaced"]))
     else:  # MLM baseline: no discriminator
         row.update(disc_loss=None, replace_rate=None, disc_acc=None, disc_precision=None, disc_recall=None)
+    if acc.get("disc_mlm_loss") is not None:  # electra-mlm: the discriminator's corrective MLM
+        row.update(disc_mlm_loss=div(acc["disc_mlm_loss"], n_steps),
+                   disc_mlm_acc=div(acc["disc_mlm_correct"], acc["n_masked"]))
     row.update(lr=lr, tokens_per_s=tok_s, wall_s=wall)
     return row
 
@@ -485,12 +489,12 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         res["loss"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         # one small all-reduce: metrics, FLOPs (masked count) and the NaN check agree on every rank
-        keys = ["loss", "mlm_loss"] + (["disc_loss"] if "disc_loss" in res else []) + \
+        keys = ["loss", "mlm_loss"] + [k for k in ("disc_loss", "disc_mlm_loss") if k in res] + \
                [k for k in _SUM_KEYS if k in res]
         vec = torch.stack([res[k].detach().float() for k in keys])
         vec = _all_reduce(vec, world).cpu().tolist()
         vals = dict(zip(keys, vec))
-        for k in ("loss", "mlm_loss", "disc_loss"):
+        for k in ("loss", "mlm_loss", "disc_loss", "disc_mlm_loss"):
             if k in vals:
                 vals[k] /= world
         if not all(math.isfinite(vals[k]) for k in ("loss", "mlm_loss")):

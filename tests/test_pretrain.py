@@ -190,6 +190,39 @@ def test_separate_embeddings_and_pretrain_dropout_run_resume_and_export(tiny_tok
         run_pretrain(replace(a, dropout=None))
 
 
+def test_electra_mlm_runs_resumes_and_exports_the_discriminator_only(tiny_tokenizer_dir, cache_dir, tmp_path):
+    from models.bundle.format import verify_bundle
+    from pretrain.export import export_from_checkpoint
+
+    a = _cfg(tiny_tokenizer_dir, tmp_path / "a", cache_dir, export=True, objective="electra-mlm")
+    b = _cfg(tiny_tokenizer_dir, tmp_path / "b", cache_dir, objective="electra-mlm")
+    sa = run_pretrain(a)
+    assert not run_pretrain(b, stop_after=4)["finished"]
+    sb = run_pretrain(b)
+    assert sa["flops"] == sb["flops"] and sa["steps"] == sb["steps"] == 6
+    pa = load_file(str(ck.latest_checkpoint(a.out) / "model.safetensors"))
+    pb = load_file(str(ck.latest_checkpoint(b.out) / "model.safetensors"))
+    assert any(k.startswith("disc_mlm_head.") for k in pa) and "disc_mlm_bias" in pa
+    assert pa.keys() == pb.keys() and all(torch.equal(pa[k], pb[k]) for k in pa)
+    rows = read_metrics(a.out)
+    assert all(0 <= r["disc_mlm_acc"] <= 1 and r["disc_mlm_loss"] > 0 and r["disc_recall"] is not None for r in rows)
+    # the same batches cost more than ELECTRA's by exactly the discriminator's MLM head
+    e = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "e", cache_dir, objective="electra"))
+    assert sa["flops"] > e["flops"]
+    bundle = tmp_path / "a" / "bundle"
+    man = verify_bundle(bundle, kinds=("pretrained",))
+    assert man["source"]["objective"] == "electra-mlm"
+    assert json.loads((bundle / "config.json").read_text())["architectures"] == ["ElectraForPreTraining"]
+    w = load_file(str(bundle / "model.safetensors"))
+    assert not any("disc_mlm" in k for k in w)  # a training device only, as the generator
+    assert torch.equal(w["electra.embeddings.word_embeddings.weight"],
+                       pa["discriminator.electra.embeddings.word_embeddings.weight"])
+    again = tmp_path / "again"
+    export_from_checkpoint(ck.latest_checkpoint(a.out), again)
+    w2 = load_file(str(again / "model.safetensors"))
+    assert w.keys() == w2.keys() and all(torch.equal(w[k], w2[k]) for k in w)
+
+
 def test_generator_logits_only_at_masked_positions_and_no_grad_sampling():
     torch.manual_seed(0)
     d, g = _configs(300)
@@ -280,7 +313,41 @@ def test_electra15_disc_loss_averages_over_masked_positions_only():
     assert not torch.allclose(out["disc_loss"], (per * am).sum() / am.sum(), atol=1e-3)
 
 
-@pytest.mark.parametrize("objective", ["electra", "mlm"])
+def test_electra_mlm_adds_the_discriminators_corrective_mlm_at_masked_positions():
+    """``electra-mlm``: ELECTRA's loss + the discriminator's cross-entropy on the original token at each masked
+    position, from its view of the corrupted input, through an LM head tied to its own word embeddings."""
+    import torch.nn.functional as F
+
+    from pretrain.model import build_pretrainer
+
+    torch.manual_seed(0)
+    d, g = _configs(300)
+    m = build_pretrainer("electra-mlm", d, g, 50.0).eval()
+    assert m.objective == "electra-mlm" and not m.masked_only and m.disc_mlm_head is not None
+    ids, am = _batch()
+    mk = mask_tokens(ids, mask_prob=0.3, mask_id=MASK, special_ids=SPECIAL, vocab_size=300)
+    orig = ids[mk.positions]
+    fake = torch.where(orig + 1 < 300, orig + 1, torch.full_like(orig, 5))
+    m.sampler = lambda logits: fake
+    out = m(ids, mk.input_ids, mk.positions, am)
+    disc_in = ids.clone()
+    disc_in[mk.positions] = fake
+    h = m.discriminator.electra(input_ids=disc_in, attention_mask=am).last_hidden_state[mk.positions]  # (M, H)
+    w = m.discriminator.electra.embeddings.word_embeddings.weight
+    want = F.cross_entropy(m.disc_mlm_head(h) @ w.T + m.disc_mlm_bias, orig)
+    assert torch.allclose(out["disc_mlm_loss"], want, atol=1e-5)
+    assert torch.allclose(out["loss"], out["mlm_loss"] + 50.0 * out["disc_loss"] + want, atol=1e-4)
+    assert 0 <= int(out["disc_mlm_correct"]) <= len(orig)
+    # the corrective loss alone reaches the discriminator's encoder (not only its new head)
+    m.zero_grad()
+    F.cross_entropy(m.disc_mlm_logits(m.discriminator.electra(input_ids=disc_in, attention_mask=am)
+                                      .last_hidden_state[mk.positions]), orig).backward()
+    assert m.discriminator.electra.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError):
+        RTDPretrainer(d, g, masked_only=True, disc_mlm=True)
+
+
+@pytest.mark.parametrize("objective", ["electra", "mlm", "electra-mlm"])
 def test_analytic_flops_match_flop_counter(objective):
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -292,7 +359,7 @@ def test_analytic_flops_match_flop_counter(objective):
     m = build_pretrainer(objective, d, g)
     ids, am = _batch(B=8, L=64, V=4000)
     mk = mask_tokens(ids, mask_prob=0.15, mask_id=MASK, special_ids=SPECIAL, vocab_size=4000,
-                     split=ELECTRA_SPLIT if objective == "electra" else BERT_SPLIT)
+                     split=BERT_SPLIT if objective == "mlm" else ELECTRA_SPLIT)
     with FlopCounterMode(display=False) as fc:
         m(ids, mk.input_ids, mk.positions, am)["loss"].backward()
     measured = fc.get_total_flops()

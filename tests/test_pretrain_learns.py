@@ -63,6 +63,16 @@ def test_rtd_generator_and_discriminator_learn(synthetic, tmp_path):
     assert m["cls_spread"] > 1e-2, "the discriminator's [CLS] vectors collapsed to one point"
 
 
+def test_electra_mlm_generator_discriminator_and_corrective_mlm_learn(synthetic, tmp_path):
+    m = _pretrain(synthetic, tmp_path, "electra-mlm")
+    assert m["gen_acc"] > 0.3, f"generator accuracy {m['gen_acc']:.3f} (unigram guess {TRIVIAL_ACC:.3f})"
+    assert m["disc_mlm_acc"] > 0.5, f"the discriminator's MLM accuracy {m['disc_mlm_acc']:.3f} (unigram guess " \
+                                    f"{TRIVIAL_ACC:.3f})"
+    assert m["disc_recall"] > 0.3, f"discriminator recall on replaced tokens {m['disc_recall']:.3f} (trivial: 0)"
+    assert m["disc_auc"] > 0.85, f"discriminator AUC on fresh replacements {m['disc_auc']:.3f} (chance: 0.5)"
+    assert m["cls_spread"] > 1e-2
+
+
 def test_mlm_learns(synthetic, tmp_path):
     m = _pretrain(synthetic, tmp_path, "mlm")
     assert m["gen_acc"] > 0.5, f"MLM accuracy {m['gen_acc']:.3f} (unigram guess {TRIVIAL_ACC:.3f})"

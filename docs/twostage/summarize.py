@@ -1,6 +1,7 @@
 """Collect the two-stage experiment's outputs (docs/twostage/run.sh) into docs/twostage/: report.md, report.json,
 each fine-tuning report and each pretraining run's summary.json and metrics.jsonl.
-    python docs/twostage/summarize.py            (reads runs/twostage; missing cells are shown as "—")"""
+    python docs/twostage/summarize.py            (reads runs/twostage; missing cells are shown as "—")
+Other experiments call :func:`summarize` with their own run folder, output folder and rows (docs/hybrid1e14)."""
 import json
 import shutil
 import sys
@@ -16,7 +17,7 @@ ENCODERS = [  # (name, pretraining run dirs whose summaries are kept, fine-tunin
 ]
 
 
-def cell(prefix, task):
+def cell(prefix, task, R=R, OUT=OUT):
     p = R / f"{prefix}-{task}" / "report.json"
     if prefix is None or not p.is_file():
         return None
@@ -27,7 +28,7 @@ def cell(prefix, task):
             "seeds": [x["macro_f1"] for x in rep["seeds"]]}
 
 
-def pretrain_summary(run):
+def pretrain_summary(run, R=R, OUT=OUT):
     d = R / run
     if not (d / "metrics.jsonl").is_file():
         return None
@@ -51,12 +52,18 @@ def fmt(c):
 
 
 def main():
+    return summarize(R, OUT, ENCODERS, "Two-stage pretraining (docs/twostage/run.sh)")
+
+
+def summarize(R: Path, OUT: Path, ENCODERS: list, title: str) -> int:
+    """Write OUT/report.md|json from R's fine-tuning reports (``PREFIX-TASK/report.json``) and pretraining runs;
+    print the table."""
     report = []
     lines = ["| encoder | steps | gen / MLM acc (end) | disc recall, probe AUC (end) | [CLS] spread | livedoor-title | jaquad-qtype |",
              "|---|---:|---:|---|---:|---|---|"]
     for name, runs, prefix in ENCODERS:
-        pre = {r: pretrain_summary(r) for r in runs}
-        cells = {t: cell(prefix, t) for t in TASKS}
+        pre = {r: pretrain_summary(r, R, OUT) for r in runs}
+        cells = {t: cell(prefix, t, R, OUT) for t in TASKS}
         report.append({"encoder": name, "pretraining": pre, "dev_macro_f1": cells})
         p = next(iter(pre.values()), None) or {}
         g, rc, auc, cs = (p.get(k) for k in ("gen_acc", "disc_recall", "disc_auc", "cls_spread"))
@@ -65,7 +72,7 @@ def main():
         lines.append(f"| {name} | {p.get('steps', '–')} | {f3(g)} | {disc} | {f3(cs)} | "
                      f"{fmt(cells['livedoor-title'])} | {fmt(cells['jaquad-qtype'])} |")
     (OUT / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    (OUT / "report.md").write_text("# Two-stage pretraining (docs/twostage/run.sh)\n\nDev macro-F1, median (min–max) "
+    (OUT / "report.md").write_text(f"# {title}\n\nDev macro-F1, median (min–max) "
                                    "of 3 fine-tuning seeds.\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return 0

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# ELECTRA + the discriminator's corrective MLM (`--objective electra-mlm`, pretrain/model.py) at 1e14 FLOPs, tiny,
+# shared corpora, runs/tok8k, lr 1e-3 (the best pure-ELECTRA lr at 1e14, and MLM's), one pretraining per core:
+#   core 0: mask 15 % (the ELECTRA default)          → runs/hybrid/electra-mlm-1e14
+#   core 1: mask 40 % (tiny MLM's measured default)  → runs/hybrid/electra-mlm-m40-1e14
+# then 3-seed fine-tuning of both on the experiment's task samples (docs/levers1e14/ft.sh), which this script
+# (re)writes first if they are missing (prepare_task_data: Random(0), 2,000 train / 500 dev, as the experiment).
+#   bash docs/hybrid1e14/run.sh          (RANDOM_CONTROL=1 also fine-tunes the random-init control on this machine)
+set -u
+cd "$(dirname "$0")/../.."  # the repository root
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+C="../shared/data/corpus_manpages_ja.txt.gz ../shared/data/corpus_wiki_ja.txt.gz"
+R=runs/hybrid; B=.venv/bin/denki
+mkdir -p $R
+.venv/bin/python - <<'PY'
+from pathlib import Path
+from pretrain.experiment.plan import parse_task, prepare_task_data
+for t in ("livedoor-title", "jaquad-qtype"):
+    prepare_task_data(parse_task(t, "../shared/data"), Path("runs/evm2e14"), 2000, 500)
+PY
+. docs/levers1e14/ft.sh  # ft CORE RUN_DIR TASK TEXT_FIELD; ft_model CORE OUT TASK TEXT_FIELD MODEL_OPTIONS...
+start=$(date +%s)
+P="--corpus $C --tokenizer runs/tok8k --size tiny --objective electra-mlm --lr 1e-3 --max-flops 1e14 --seed 0 --no-progress"
+[ -f $R/electra-mlm-1e14/bundle/manifest.json ] || taskset -c 0 $B pretrain $P --mask-prob 0.15 \
+  --out $R/electra-mlm-1e14 > $R/electra-mlm-1e14.log 2>&1 &
+# the second run starts once the first has built the token cache (one tokenization, not two racing)
+until grep -q "step" $R/electra-mlm-1e14.log 2>/dev/null || [ -f $R/electra-mlm-1e14/bundle/manifest.json ]; do sleep 5; done
+[ -f $R/electra-mlm-m40-1e14/bundle/manifest.json ] || taskset -c 1 $B pretrain $P --mask-prob 0.4 \
+  --out $R/electra-mlm-m40-1e14 > $R/electra-mlm-m40-1e14.log 2>&1 &
+wait
+echo "PRETRAIN wall $(( $(date +%s) - start )) s"
+ft 0 $R/electra-mlm-1e14 livedoor-title title & ft 1 $R/electra-mlm-m40-1e14 livedoor-title title & wait
+ft 0 $R/electra-mlm-1e14 jaquad-qtype text & ft 1 $R/electra-mlm-m40-1e14 jaquad-qtype text & wait
+if [ "${RANDOM_CONTROL:-0}" = 1 ]; then
+  INIT_RANDOM="--init-random tiny --tokenizer runs/tok8k"
+  ft_model 0 $R/ft-random-livedoor-title livedoor-title title $INIT_RANDOM &
+  ft_model 1 $R/ft-random-jaquad-qtype jaquad-qtype text $INIT_RANDOM & wait
+fi
+echo "ALL wall $(( $(date +%s) - start )) s"
