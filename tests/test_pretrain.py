@@ -287,16 +287,14 @@ def test_labels_sampled_equal_to_original_are_original_and_loss_is_mlm_plus_lamb
     assert int(m(ids, mk.input_ids, mk.positions, am)["n_replaced"]) == 0
 
 
-def test_electra15_disc_loss_averages_over_masked_positions_only():
-    """The paper's "ELECTRA 15%" ablation: same labels, loss over the masked positions only."""
-    import torch.nn.functional as F
-
+def _shifted_replacements(objective: str):
+    """A 2-layer RTD pretrainer whose "generator" replaces every masked token by its id + 1 (fixed, no sampling),
+    run once on a fixed batch: ``(model, ids, attention_mask, masked, outputs, discriminator_input)``."""
     from pretrain.model import build_pretrainer
 
     torch.manual_seed(0)
     d, g = _configs(300)
-    m = build_pretrainer("electra15", d, g, 50.0).eval()
-    assert m.objective == "electra15" and m.masked_only
+    m = build_pretrainer(objective, d, g, 50.0).eval()
     ids, am = _batch()
     mk = mask_tokens(ids, mask_prob=0.3, mask_id=MASK, special_ids=SPECIAL, vocab_size=300)
     orig = ids[mk.positions]
@@ -305,6 +303,15 @@ def test_electra15_disc_loss_averages_over_masked_positions_only():
     out = m(ids, mk.input_ids, mk.positions, am)
     disc_in = ids.clone()
     disc_in[mk.positions] = fake
+    return m, ids, am, mk, out, disc_in
+
+
+def test_electra15_disc_loss_averages_over_masked_positions_only():
+    """The paper's "ELECTRA 15%" ablation: same labels, loss over the masked positions only."""
+    import torch.nn.functional as F
+
+    m, ids, am, mk, out, disc_in = _shifted_replacements("electra15")
+    assert m.objective == "electra15" and m.masked_only
     labels = ((disc_in != ids) & am.bool()).float()
     per = F.binary_cross_entropy_with_logits(m.discriminator(input_ids=disc_in, attention_mask=am).logits, labels,
                                              reduction="none")
@@ -318,20 +325,10 @@ def test_electra_mlm_adds_the_discriminators_corrective_mlm_at_masked_positions(
     position, from its view of the corrupted input, through an LM head tied to its own word embeddings."""
     import torch.nn.functional as F
 
-    from pretrain.model import build_pretrainer
-
-    torch.manual_seed(0)
-    d, g = _configs(300)
-    m = build_pretrainer("electra-mlm", d, g, 50.0).eval()
-    assert m.objective == "electra-mlm" and not m.masked_only and m.disc_mlm_head is not None
-    ids, am = _batch()
-    mk = mask_tokens(ids, mask_prob=0.3, mask_id=MASK, special_ids=SPECIAL, vocab_size=300)
+    m, ids, am, mk, out, disc_in = _shifted_replacements("electra-mlm")
+    d, g = m.discriminator.config, m.generator.config
     orig = ids[mk.positions]
-    fake = torch.where(orig + 1 < 300, orig + 1, torch.full_like(orig, 5))
-    m.sampler = lambda logits: fake
-    out = m(ids, mk.input_ids, mk.positions, am)
-    disc_in = ids.clone()
-    disc_in[mk.positions] = fake
+    assert m.objective == "electra-mlm" and not m.masked_only and m.disc_mlm_head is not None
     h = m.discriminator.electra(input_ids=disc_in, attention_mask=am).last_hidden_state[mk.positions]  # (M, H)
     w = m.discriminator.electra.embeddings.word_embeddings.weight
     want = F.cross_entropy(m.disc_mlm_head(h) @ w.T + m.disc_mlm_bias, orig)

@@ -11,9 +11,12 @@ ENCODERS = [  # (name, pretraining run dirs whose summaries are kept, fine-tunin
     ("random init (re-run on this machine)", [], "ft-random"),
     ("ELECTRA + corrective MLM, mask 15 %", ["electra-mlm-1e14"], "ft-electra-mlm-1e14"),
     ("ELECTRA + corrective MLM, mask 40 %", ["electra-mlm-m40-1e14"], "ft-electra-mlm-m40-1e14"),
+    ("ELECTRA, mask 15 % (pure RTD control)", ["electra-1e14"], "ft-electra-1e14"),
     ("MLM, mask 40 % (control, the tiny default)", ["mlm-m40-1e14"], "ft-mlm-m40-1e14"),
     ("electra-mlm 15 %: its transformer layers, random embeddings", [], "ft-swap-layers-only"),
     ("electra-mlm 15 %: its embeddings, random transformer layers", [], "ft-swap-embeddings-only"),
+    ("ELECTRA: its transformer layers, random embeddings", [], "ft-swap-electra-layers-only"),
+    ("ELECTRA: its embeddings, random transformer layers", [], "ft-swap-electra-embeddings-only"),
 ]
 
 if __name__ == "__main__":

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The pure-RTD control for docs/hybrid1e14 on the same machine: ELECTRA, lr 1e-3 (the best pure-ELECTRA recipe at
+# 1e14), mask 15 %, 1e14 FLOPs, core 0 → runs/hybrid/electra-1e14, then 3-seed fine-tuning on both tasks.
+# Against electra-mlm (mask 15 %) it measures what the discriminator's corrective MLM adds, all else equal.
+#   bash docs/hybrid1e14/electra.sh
+set -u
+cd "$(dirname "$0")/../.."  # the repository root
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+C="../shared/data/corpus_manpages_ja.txt.gz ../shared/data/corpus_wiki_ja.txt.gz"
+R=runs/hybrid; B=.venv/bin/denki
+. docs/levers1e14/ft.sh  # ft CORE RUN_DIR TASK TEXT_FIELD
+start=$(date +%s)
+[ -f $R/electra-1e14/bundle/manifest.json ] || taskset -c 0 $B pretrain --corpus $C --tokenizer runs/tok8k --size tiny \
+  --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops 1e14 --seed 0 --no-progress --out $R/electra-1e14 \
+  > $R/electra-1e14.log 2>&1
+echo "PRETRAIN wall $(( $(date +%s) - start )) s"
+ft 0 $R/electra-1e14 livedoor-title title
+ft 0 $R/electra-1e14 jaquad-qtype text
+echo "ALL wall $(( $(date +%s) - start )) s"
