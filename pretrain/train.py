@@ -213,6 +213,8 @@ def _check_same_run(out: Path, ident: dict) -> None:
 # ------------------------------------------------------------------------------------------------ metrics
 _SUM_KEYS = ("n_masked", "gen_correct", "n_nonpad", "n_replaced", "disc_correct", "disc_tp", "disc_pred_pos",
              "disc_mlm_correct")
+#: per-step mean losses a pretrainer may return (all-reduced, then averaged over ranks)
+_LOSS_KEYS = ("loss", "mlm_loss", "disc_loss", "disc_mlm_loss")
 
 
 def _metrics_line(step, tokens, flops, acc: dict, n_steps: int, lr: float, tok_s: float, wall: float) -> dict:
@@ -489,12 +491,11 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         res["loss"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         # one small all-reduce: metrics, FLOPs (masked count) and the NaN check agree on every rank
-        keys = ["loss", "mlm_loss"] + [k for k in ("disc_loss", "disc_mlm_loss") if k in res] + \
-               [k for k in _SUM_KEYS if k in res]
+        keys = [k for k in (*_LOSS_KEYS, *_SUM_KEYS) if k in res]
         vec = torch.stack([res[k].detach().float() for k in keys])
         vec = _all_reduce(vec, world).cpu().tolist()
         vals = dict(zip(keys, vec))
-        for k in ("loss", "mlm_loss", "disc_loss", "disc_mlm_loss"):
+        for k in _LOSS_KEYS:
             if k in vals:
                 vals[k] /= world
         if not all(math.isfinite(vals[k]) for k in ("loss", "mlm_loss")):

@@ -7,10 +7,7 @@
 #   bash docs/hybrid1e14/controls.sh      (after run.sh, which writes the task samples and the electra-mlm bundle)
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-C="../shared/data/corpus_manpages_ja.txt.gz ../shared/data/corpus_wiki_ja.txt.gz"
-R=runs/hybrid; B=.venv/bin/denki
-. docs/levers1e14/ft.sh  # ft CORE RUN_DIR TASK TEXT_FIELD; ft_model CORE OUT TASK TEXT_FIELD MODEL_OPTIONS...
+. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model
 start=$(date +%s)
 [ -f $R/mlm-m40-1e14/bundle/manifest.json ] || taskset -c 1 $B pretrain --corpus $C --tokenizer runs/tok8k --size tiny \
   --objective mlm --mask-prob 0.4 --lr 1e-3 --max-flops 1e14 --seed 0 --no-progress --out $R/mlm-m40-1e14 \

@@ -5,10 +5,7 @@
 #   bash docs/hybrid1e14/electra.sh
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-C="../shared/data/corpus_manpages_ja.txt.gz ../shared/data/corpus_wiki_ja.txt.gz"
-R=runs/hybrid; B=.venv/bin/denki
-. docs/levers1e14/ft.sh  # ft CORE RUN_DIR TASK TEXT_FIELD
+. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model
 start=$(date +%s)
 [ -f $R/electra-1e14/bundle/manifest.json ] || taskset -c 0 $B pretrain --corpus $C --tokenizer runs/tok8k --size tiny \
   --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops 1e14 --seed 0 --no-progress --out $R/electra-1e14 \

@@ -8,17 +8,13 @@
 #   bash docs/hybrid1e14/run.sh          (RANDOM_CONTROL=1 also fine-tunes the random-init control on this machine)
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-C="../shared/data/corpus_manpages_ja.txt.gz ../shared/data/corpus_wiki_ja.txt.gz"
-R=runs/hybrid; B=.venv/bin/denki
-mkdir -p $R
+. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model
 .venv/bin/python - <<'PY'
 from pathlib import Path
 from pretrain.experiment.plan import parse_task, prepare_task_data
 for t in ("livedoor-title", "jaquad-qtype"):
     prepare_task_data(parse_task(t, "../shared/data"), Path("runs/evm2e14"), 2000, 500)
 PY
-. docs/levers1e14/ft.sh  # ft CORE RUN_DIR TASK TEXT_FIELD; ft_model CORE OUT TASK TEXT_FIELD MODEL_OPTIONS...
 start=$(date +%s)
 P="--corpus $C --tokenizer runs/tok8k --size tiny --objective electra-mlm --lr 1e-3 --max-flops 1e14 --seed 0 --no-progress"
 [ -f $R/electra-mlm-1e14/bundle/manifest.json ] || taskset -c 0 $B pretrain $P --mask-prob 0.15 \

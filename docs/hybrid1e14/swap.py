@@ -1,5 +1,5 @@
 """Which part of a pretrained encoder helps or hurts fine-tuning? Writes two bundles from a pretrained bundle A and
-a random-init discriminator of the same config (the one `denki finetune classify --init-random tiny` builds, seed 0):
+a freshly initialised discriminator of the same config (``ElectraForPreTraining(config)`` after seed 0):
     OUT/layers-only      A's transformer layers, random embeddings (token, position, type + their LayerNorm)
     OUT/embeddings-only  A's embeddings, random transformer layers
     python docs/hybrid1e14/swap.py A OUT        (then fine-tune each with docs/levers1e14/ft.sh's ft_model)"""

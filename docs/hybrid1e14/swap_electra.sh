@@ -4,9 +4,7 @@
 #   bash docs/hybrid1e14/swap_electra.sh
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-R=runs/hybrid
-. docs/levers1e14/ft.sh  # ft_model CORE OUT TASK TEXT_FIELD MODEL_OPTIONS...
+. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model
 [ -f $R/swap-electra/layers-only/manifest.json ] || .venv/bin/python docs/hybrid1e14/swap.py $R/electra-1e14/bundle $R/swap-electra
 for part in layers-only embeddings-only; do
   ft_model 0 $R/ft-swap-electra-$part-livedoor-title livedoor-title title --model $R/swap-electra/$part &
