@@ -320,6 +320,41 @@ def test_electra15_disc_loss_averages_over_masked_positions_only():
     assert not torch.allclose(out["disc_loss"], (per * am).sum() / am.sum(), atol=1e-3)
 
 
+def test_disc_skip_special_leaves_cls_and_sep_out_of_the_disc_loss_only():
+    """``--disc-skip-special``: the discriminator loss averages over the non-pad tokens other than [CLS]/[SEP];
+    the generator's loss and the diagnostics' counts are unchanged."""
+    import torch.nn.functional as F
+
+    m, ids, am, mk, out, disc_in = _shifted_replacements("electra")
+    m.skip_in_disc_loss((CLS, SEP))
+    skipped = m(ids, mk.input_ids, mk.positions, am)
+    labels = ((disc_in != ids) & am.bool()).float()
+    per = F.binary_cross_entropy_with_logits(m.discriminator(input_ids=disc_in, attention_mask=am).logits, labels,
+                                             reduction="none")
+    scored = (am.bool() & (ids != CLS) & (ids != SEP)).float()
+    assert scored.sum() < am.sum()  # the batch has [CLS] and [SEP]s to skip
+    assert torch.allclose(skipped["disc_loss"], (per * scored).sum() / scored.sum(), atol=1e-5)
+    assert not torch.allclose(skipped["disc_loss"], out["disc_loss"], atol=1e-4)
+    assert torch.allclose(skipped["loss"], skipped["mlm_loss"] + 50.0 * skipped["disc_loss"], atol=1e-4)
+    for k in ("mlm_loss", "n_nonpad", "n_replaced", "disc_tp"):
+        assert torch.equal(skipped[k], out[k]), k
+
+
+def test_disc_skip_special_is_part_of_the_run_identity_and_manifest(tiny_tokenizer_dir, cache_dir, tmp_path):
+    a = _cfg(tiny_tokenizer_dir, tmp_path / "a", cache_dir, steps=2, export=True, disc_skip_special=True)
+    assert run_pretrain(a)["finished"]
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["identity"]["disc_skip_special"] is True
+    man = json.loads((tmp_path / "a" / "bundle" / "manifest.json").read_text())
+    assert man["source"]["disc_skip_special"] is True
+    with pytest.raises(DenkiError, match="disc_skip_special"):
+        run_pretrain(replace(a, disc_skip_special=False))  # the paper's scoring is another run
+    b = replace(a, out=str(tmp_path / "b"), disc_skip_special=False, export=False)
+    assert run_pretrain(b)["finished"]
+    assert json.loads((tmp_path / "b" / "run.json").read_text())["identity"]["disc_skip_special"] is None
+    with pytest.raises(DenkiError, match="disc-skip-special"):
+        run_pretrain(replace(a, out=str(tmp_path / "m"), objective="mlm", disc_skip_special=True))
+
+
 def test_electra_mlm_adds_the_discriminators_corrective_mlm_at_masked_positions():
     """``electra-mlm``: ELECTRA's loss + the discriminator's cross-entropy on the original token at each masked
     position, from its view of the corrupted input, through an LM head tied to its own word embeddings."""
