@@ -41,6 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .masking import candidate_mask
+
 
 def gumbel_sample(logits: torch.Tensor) -> torch.Tensor:
     """One sample per row of ``(M, V)`` logits: ``argmax(logits + Gumbel noise)`` in fp32, no gradient.
@@ -156,8 +158,8 @@ class RTDPretrainer(nn.Module):
         disc_logits = self.discriminator.discriminator_predictions(hidden)  # (B, L)
         per_tok = F.binary_cross_entropy_with_logits(disc_logits.float(), labels.float(), reduction="none")
         scored = positions if self.masked_only else nonpad  # (B, L) bool: tokens the disc loss averages over
-        for sid in self.unscored_ids:
-            scored = scored & (original_ids != sid)
+        if self.unscored_ids:
+            scored = scored & candidate_mask(original_ids, self.unscored_ids)
         disc_loss = (per_tok * scored).sum() / scored.sum().clamp(min=1)
         loss = mlm_loss + self.disc_weight * disc_loss
         extra = {}

@@ -84,7 +84,6 @@ def default_mask_prob(size: str, objective: str, init_from=None) -> float:
     return MLM_TINY_MASK_PROB if objective == "mlm" and size == "tiny" and not init_from else DEFAULT_MASK_PROB
 
 
-
 # settings that define a run: changing any of them on resume is an error
 IDENTITY_KEYS = ("corpus_sha256", "tokenizer", "size", "objective", "batch_size", "seq_len", "lr", "seed",
                  "mask_prob", "gen_size", "disc_weight", "max_flops", "steps", "warmup_steps", "weight_decay",
@@ -111,7 +110,8 @@ class PretrainConfig:
     #: RTD: one embeddings module for generator and discriminator (paper) or one each ("separate")
     share_embeddings: bool = True
     #: RTD: the discriminator loss skips [CLS] and [SEP] (always "original"); False = the paper's (scores them).
-    #: Opt-in: +4.4 / +2.1 points at 1e14 (one pretraining seed), but it slowed RTD learning in tests/test_pretrain_learns
+    #: Opt-in: livedoor-title +4.4 / +8.6 points at 1e14 (two pretraining seeds), but it stalled RTD at one seed of
+    #: tests/test_pretrain_learns' synthetic corpus (docs/results.md)
     disc_skip_special: bool = False
     #: dropout during pretraining (hidden and attention); None = the preset's 0.1. The exported bundle always
     #: carries the fine-tuning dropout (models.bundle.presets.FINETUNE_DROPOUT), whatever was used here.
@@ -201,7 +201,7 @@ def _identity(cfg: PretrainConfig, shas: list[str], tok_fp: str, world: int, lr:
             # None for the defaults, so that runs made before these settings existed still resume
             "embeddings": None if cfg.share_embeddings or cfg.objective not in RTD_OBJECTIVES else "separate",
             "dropout": cfg.dropout,
-            "disc_skip_special": True if cfg.disc_skip_special and cfg.objective in RTD_OBJECTIVES else None}
+            "disc_skip_special": True if cfg.disc_skip_special else None}  # RTD only: checked before
 
 
 def _check_same_run(out: Path, ident: dict) -> None:
@@ -444,7 +444,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
             print(f"pretrain: resuming {out} from step {step} ({flops:.3g} FLOPs)")
     _barrier(world)
 
-    if cfg.disc_skip_special and cfg.objective in RTD_OBJECTIVES:
+    if cfg.disc_skip_special:  # an RTD objective (checked above)
         model.skip_in_disc_loss((tok.cls_id, tok.sep_id))
     train_model = model
     if world > 1:

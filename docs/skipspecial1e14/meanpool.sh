@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 for name in "$@"; do
   if [ "$name" = random ]; then model="--init-random tiny --tokenizer runs/tok8k"; else model="--model $R/$name/bundle"; fi
   for tf in livedoor-title:title jaquad-qtype:text; do
-    task=${tf%%:*} field=${tf##*:} out=$R/meanpool-$name-${tf%%:*}
+    task=${tf%%:*} field=${tf##*:} out=$R/meanpool-$name-$task
     [ -f $out/report.json ] || taskset -c ${CORE:-0} .venv/bin/python docs/skipspecial1e14/meanpool.py finetune classify \
       $model --train runs/evm2e14/data/$task/train.jsonl --dev runs/evm2e14/data/$task/dev.jsonl --text-field $field \
       --max-length 128 --seeds 3 --threads 1 --no-baseline --no-progress --out $out > $out.log 2>&1
