@@ -68,6 +68,8 @@ def register(sub) -> None:
                         "'original', a target that collapses the [CLS] state the router reads; the paper scores "
                         "them). Off by default: +4.4 / +8.6 points on livedoor titles at 1e14 FLOPs (two pretraining seeds), "
                         "still below random init, and it stalled RTD once on a synthetic corpus (docs/results.md)")
+    p.add_argument("--adam-eps", type=float, default=None, metavar="EPS",
+                   help="AdamW's epsilon (default torch's 1e-8; the official ELECTRA code uses 1e-6)")
     p.add_argument("--dropout", type=float, default=None, metavar="P",
                    help="dropout while pretraining (default 0.1); the bundle keeps 0.1 for fine-tuning")
     p.add_argument("--log-every", type=int, default=10, help="steps between metrics.jsonl lines")
@@ -115,7 +117,7 @@ def cmd_pretrain(args) -> int:
         max_flops=args.max_flops, steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
         seed=args.seed, device=args.device, mask_prob=args.mask_prob, gen_size=args.gen_size,
         disc_weight=args.disc_weight, share_embeddings=args.embeddings == "shared", dropout=args.dropout,
-        disc_skip_special=args.disc_skip_special,
+        disc_skip_special=args.disc_skip_special, adam_eps=args.adam_eps,
         warmup_steps=args.warmup_steps, log_every=args.log_every,
         save_every=args.save_every, keep=args.keep, cache_dir=args.cache_dir, compile=args.compile,
         export=not args.no_export, progress=not args.no_progress, init_from=args.init_from, gen_init=args.gen_init,

@@ -64,7 +64,7 @@ def rtd_auc(pretrainer, original_ids: torch.Tensor, masked_ids: torch.Tensor, po
     """Discriminator AUC on replaced tokens of one fresh corruption of the probe batch (all ``(B, L)``).
 
     The generator fills the masked positions by sampling (as in training); the discriminator scores every
-    non-pad, non-[CLS] token. Returns ``{"disc_auc", "probe_replace_rate"}`` (AUC NaN when nothing was replaced).
+    non-pad, non-[CLS] token (and none the loss skips, ``pretrainer.unscored_ids``). Returns ``{"disc_auc", "probe_replace_rate"}`` (AUC NaN when nothing was replaced).
     """
     was = pretrainer.training
     pretrainer.eval()
@@ -78,6 +78,8 @@ def rtd_auc(pretrainer, original_ids: torch.Tensor, masked_ids: torch.Tensor, po
         scores = pretrainer.discriminator.discriminator_predictions(hidden).float()  # (B, L)
         keep = attention_mask.bool().clone()
         keep[:, 0] = False  # [CLS] is never replaced: a free "original"
+        for sid in getattr(pretrainer, "unscored_ids", ()):  # --disc-skip-special: never trained there, not judged
+            keep &= original_ids != sid
     pretrainer.train(was)
     k = keep.cpu().numpy()
     return {"disc_auc": roc_auc(scores.cpu().numpy()[k], labels.cpu().numpy()[k]),

@@ -172,11 +172,14 @@ class RTDPretrainer(nn.Module):
             extra = {"disc_mlm_loss": disc_mlm_loss.detach(),
                      "disc_mlm_correct": (dlogits.detach().argmax(-1) == targets).sum()}
         with torch.no_grad():
-            pred = (disc_logits > 0) & nonpad
+            # the logged accuracy/precision/recall cover the tokens the loss can train: with --disc-skip-special
+            # the untrained [CLS]/[SEP] outputs would otherwise count as false positives
+            judged = nonpad & candidate_mask(original_ids, self.unscored_ids) if self.unscored_ids else nonpad
+            pred = (disc_logits > 0) & judged
             stats = {
                 "n_masked": positions.sum(), "gen_correct": (logits.argmax(-1) == targets).sum(),
-                "n_nonpad": nonpad.sum(), "n_replaced": labels.sum(),
-                "disc_correct": ((pred == labels) & nonpad).sum(), "disc_tp": (pred & labels).sum(),
+                "n_nonpad": nonpad.sum(), "n_judged": judged.sum(), "n_replaced": labels.sum(),
+                "disc_correct": ((pred == labels) & judged).sum(), "disc_tp": (pred & labels).sum(),
                 "disc_pred_pos": pred.sum(),
             }
         return {"loss": loss, "mlm_loss": mlm_loss.detach(), "disc_loss": disc_loss.detach(), **stats, **extra}

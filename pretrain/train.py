@@ -87,7 +87,8 @@ def default_mask_prob(size: str, objective: str, init_from=None) -> float:
 # settings that define a run: changing any of them on resume is an error
 IDENTITY_KEYS = ("corpus_sha256", "tokenizer", "size", "objective", "batch_size", "seq_len", "lr", "seed",
                  "mask_prob", "gen_size", "disc_weight", "max_flops", "steps", "warmup_steps", "weight_decay",
-                 "world_size", "embeddings", "dropout", "init_from", "gen_init", "gen_layers", "disc_skip_special")
+                 "world_size", "embeddings", "dropout", "init_from", "gen_init", "gen_layers", "disc_skip_special",
+                 "adam_eps")
 
 
 @dataclass
@@ -113,6 +114,9 @@ class PretrainConfig:
     #: Opt-in: livedoor-title +4.4 / +8.6 points at 1e14 (two pretraining seeds), but it stalled RTD at one seed of
     #: tests/test_pretrain_learns' synthetic corpus (docs/results.md)
     disc_skip_special: bool = False
+    #: AdamW's ε; None = torch's 1e-8 (the official ELECTRA code uses 1e-6, which damps the updates of parameters
+    #: whose gradients are tiny — rare tokens' embeddings)
+    adam_eps: float | None = None
     #: dropout during pretraining (hidden and attention); None = the preset's 0.1. The exported bundle always
     #: carries the fine-tuning dropout (models.bundle.presets.FINETUNE_DROPOUT), whatever was used here.
     dropout: float | None = None
@@ -201,7 +205,8 @@ def _identity(cfg: PretrainConfig, shas: list[str], tok_fp: str, world: int, lr:
             # None for the defaults, so that runs made before these settings existed still resume
             "embeddings": None if cfg.share_embeddings or cfg.objective not in RTD_OBJECTIVES else "separate",
             "dropout": cfg.dropout,
-            "disc_skip_special": True if cfg.disc_skip_special else None}  # RTD only: checked before
+            "disc_skip_special": True if cfg.disc_skip_special else None,  # RTD only: checked before
+            "adam_eps": cfg.adam_eps}
 
 
 def _check_same_run(out: Path, ident: dict) -> None:
@@ -216,8 +221,8 @@ def _check_same_run(out: Path, ident: dict) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ metrics
-_SUM_KEYS = ("n_masked", "gen_correct", "n_nonpad", "n_replaced", "disc_correct", "disc_tp", "disc_pred_pos",
-             "disc_mlm_correct")
+_SUM_KEYS = ("n_masked", "gen_correct", "n_nonpad", "n_judged", "n_replaced", "disc_correct", "disc_tp",
+             "disc_pred_pos", "disc_mlm_correct")
 #: per-step mean losses a pretrainer may return (all-reduced, then averaged over ranks)
 _LOSS_KEYS = ("loss", "mlm_loss", "disc_loss", "disc_mlm_loss")
 
@@ -229,8 +234,9 @@ def _metrics_line(step, tokens, flops, acc: dict, n_steps: int, lr: float, tok_s
     row = {"step": step, "tokens": int(tokens), "flops": float(flops), "loss": div(acc["loss"], n_steps),
            "mlm_loss": div(acc["mlm_loss"], n_steps), "gen_acc": div(acc["gen_correct"], acc["n_masked"])}
     if acc.get("n_replaced") is not None and "disc_loss" in acc:
-        row.update(disc_loss=div(acc["disc_loss"], n_steps), replace_rate=div(acc["n_replaced"], acc["n_nonpad"]),
-                   disc_acc=div(acc["disc_correct"], acc["n_nonpad"]),
+        judged = acc.get("n_judged", acc["n_nonpad"])  # the tokens the disc loss scores (all non-pad by default)
+        row.update(disc_loss=div(acc["disc_loss"], n_steps), replace_rate=div(acc["n_replaced"], judged),
+                   disc_acc=div(acc["disc_correct"], judged),
                    disc_precision=div(acc["disc_tp"], acc["disc_pred_pos"]),
                    disc_recall=div(acc["disc_tp"], acc["n_replaced"]))
     else:  # MLM baseline: no discriminator
@@ -431,7 +437,8 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
                         "objective": cfg.objective, "disc_weight": cfg.disc_weight,
                         "share_embeddings": cfg.share_embeddings}
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else min(10000, max(1, total_steps // 10))
-    optimizer = build_optimizer(model, lr, weight_decay=cfg.weight_decay, fused=device.type == "cuda")
+    optimizer = build_optimizer(model, lr, weight_decay=cfg.weight_decay, fused=device.type == "cuda",
+                                eps=cfg.adam_eps)
     scheduler = warmup_linear_schedule(optimizer, warmup, total_steps)
 
     step, tokens, flops, wall_before = 0, 0, 0.0, 0.0
@@ -611,6 +618,7 @@ def _source(cfg: PretrainConfig, shas, tok_fp, summary, init_record: dict | None
             "disc_weight": cfg.disc_weight if cfg.objective in RTD_OBJECTIVES else None,
             "embeddings": ("shared" if cfg.share_embeddings else "separate") if cfg.objective in RTD_OBJECTIVES
             else None, "disc_skip_special": bool(cfg.disc_skip_special) if cfg.objective in RTD_OBJECTIVES else None,
+            "adam_eps": cfg.adam_eps,
             "pretrain_dropout": cfg.dropout, "command": command_line()}
 
 

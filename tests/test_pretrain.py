@@ -338,6 +338,35 @@ def test_disc_skip_special_leaves_cls_and_sep_out_of_the_disc_loss_only():
     assert torch.allclose(skipped["loss"], skipped["mlm_loss"] + 50.0 * skipped["disc_loss"], atol=1e-4)
     for k in ("mlm_loss", "n_nonpad", "n_replaced", "disc_tp"):
         assert torch.equal(skipped[k], out[k]), k
+    # the logged accuracy/precision judge only the tokens the loss trains: the untrained [CLS]/[SEP] outputs of a
+    # skipping run would otherwise count as false positives (they halved the logged precision on a synthetic corpus)
+    judged = scored.bool()
+    logits = m.discriminator(input_ids=disc_in, attention_mask=am).logits
+    assert int(out["n_judged"]) == int(am.sum()) and int(skipped["n_judged"]) == int(judged.sum())
+    assert int(skipped["disc_pred_pos"]) == int(((logits > 0) & judged).sum())
+    assert int(out["disc_pred_pos"]) == int(((logits > 0) & am.bool()).sum())
+
+
+def test_probe_auc_leaves_out_the_tokens_the_disc_loss_skips():
+    """``rtd_auc`` judges every non-pad token but [CLS] — and, with ``--disc-skip-special``, not [SEP] either."""
+    from pretrain.diagnostics import roc_auc, rtd_auc
+
+    m, ids, am, mk, _, disc_in = _shifted_replacements("electra")
+    scores = m.discriminator(input_ids=disc_in, attention_mask=am).logits.detach()
+    labels = (disc_in != ids) & am.bool()
+
+    def want(keep):
+        return roc_auc(scores[keep].numpy(), labels[keep].numpy())
+
+    keep = am.bool().clone()
+    keep[:, 0] = False
+    assert rtd_auc(m, ids, mk.input_ids, mk.positions, am)["disc_auc"] == pytest.approx(want(keep))
+    m.skip_in_disc_loss((CLS, SEP))
+    with_sep = want(keep)
+    keep &= ids != SEP
+    assert want(keep) != pytest.approx(with_sep)  # the [SEP]s' scores move the AUC: the check below can fail
+    assert (ids[am.bool()] == SEP).sum() > 0  # the batch has [SEP]s to leave out
+    assert rtd_auc(m, ids, mk.input_ids, mk.positions, am)["disc_auc"] == pytest.approx(want(keep))
 
 
 def test_disc_skip_special_is_part_of_the_run_identity_and_manifest(tiny_tokenizer_dir, cache_dir, tmp_path):
@@ -630,3 +659,25 @@ def test_probe_does_not_change_training(tiny_tokenizer_dir, cache_dir, tmp_path,
     b = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "b", cache_dir, save_every=100))
     assert [r["loss"] for r in read_metrics(tmp_path / "a")] == [r["loss"] for r in read_metrics(tmp_path / "b")]
     assert a["diagnostics"] == b["diagnostics"]
+
+
+def test_adam_eps_reaches_the_optimizer_and_is_part_of_the_run_identity(tiny_tokenizer_dir, cache_dir, tmp_path,
+                                                                        monkeypatch):
+    """``--adam-eps`` (the official ELECTRA code's 1e-6 vs torch's 1e-8): used by the optimizer, kept in run.json
+    and the manifest, and a resume with another ε is refused; without it the identity holds None (older runs)."""
+    import models.training.loop as loop
+
+    seen = []
+    real = loop.build_optimizer
+    monkeypatch.setattr(loop, "build_optimizer", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    a = _cfg(tiny_tokenizer_dir, tmp_path / "a", cache_dir, steps=2, export=True, adam_eps=1e-6)
+    assert run_pretrain(a)["finished"]
+    assert {g["eps"] for g in seen[-1].param_groups} == {1e-6}
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["identity"]["adam_eps"] == 1e-6
+    assert json.loads((tmp_path / "a" / "bundle" / "manifest.json").read_text())["source"]["adam_eps"] == 1e-6
+    with pytest.raises(DenkiError, match="adam_eps"):
+        run_pretrain(replace(a, adam_eps=None))
+    b = replace(a, out=str(tmp_path / "b"), adam_eps=None, export=False)
+    assert run_pretrain(b)["finished"]
+    assert {g["eps"] for g in seen[-1].param_groups} == {1e-8}
+    assert json.loads((tmp_path / "b" / "run.json").read_text())["identity"]["adam_eps"] is None

@@ -37,9 +37,11 @@ def _layer_id(name: str, num_layers: int) -> int:
 
 
 def build_optimizer(model: torch.nn.Module, lr: float, *, weight_decay: float = 0.01, layer_decay: float = 1.0,
-                    num_layers: int | None = None, fused: bool | None = None) -> torch.optim.AdamW:
+                    num_layers: int | None = None, fused: bool | None = None,
+                    eps: float | None = None) -> torch.optim.AdamW:
     """AdamW; no weight decay on biases/LayerNorm; with ``layer_decay < 1`` layer ``i`` of ``L`` gets
-    ``lr * layer_decay ** (L + 1 - i)`` (official ELECTRA fine-tuning uses 0.8)."""
+    ``lr * layer_decay ** (L + 1 - i)`` (official ELECTRA fine-tuning uses 0.8). ``eps``: Adam's ε (None: torch's
+    1e-8)."""
     if num_layers is None:
         num_layers = getattr(getattr(model, "config", None), "num_hidden_layers", 0)
     groups: dict[tuple[int, bool], list] = {}
@@ -55,7 +57,7 @@ def build_optimizer(model: torch.nn.Module, lr: float, *, weight_decay: float = 
         g["initial_lr"] = g["lr"]
     if fused is None:
         fused = any(p.is_cuda for g in param_groups for p in g["params"])
-    return torch.optim.AdamW(param_groups, lr=lr, fused=fused)
+    return torch.optim.AdamW(param_groups, lr=lr, fused=fused, **({} if eps is None else {"eps": eps}))
 
 
 def warmup_linear_schedule(optimizer, warmup_steps: int, total_steps: int):

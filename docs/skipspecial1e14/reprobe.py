@@ -1,0 +1,49 @@
+"""Re-run the end-of-run health probe of finished RTD runs with the current probe code.
+
+Why: until the fix in this commit, a ``--disc-skip-special`` run's probe AUC and logged precision also judged the
+[SEP] positions, whose discriminator outputs that run never trains (on the learning test's synthetic corpus this
+halved the logged precision). Runs finished before the fix keep the old figures in summary.json; this prints the
+corrected ones from their last checkpoint (same probe batch, same corruption: the probe seeds its own RNG).
+
+    python docs/skipspecial1e14/reprobe.py runs/hybrid/electra-skip-1e14-s2 [...]
+"""
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import torch  # noqa: E402
+
+from models.bundle.presets import electra_config, generator_config  # noqa: E402
+from models.text.tokenizer import JapaneseTokenizer  # noqa: E402
+from pretrain import checkpoint as ck  # noqa: E402
+from pretrain.data import build_token_cache  # noqa: E402
+from pretrain.diagnostics import probe_batch, run_probe  # noqa: E402
+from pretrain.masking import ELECTRA_SPLIT, mask_tokens  # noqa: E402
+from pretrain.model import build_pretrainer  # noqa: E402
+
+for run in map(Path, sys.argv[1:]):
+    meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
+    c, ident = meta["config"], meta["identity"]
+    tok = JapaneseTokenizer.load(run / "tokenizer")
+    cache = build_token_cache(c["corpus"], tok, c["cache_dir"], progress=False, corpus_shas=ident["corpus_sha256"])
+    drop = {} if c["dropout"] is None else {"hidden_dropout_prob": c["dropout"], "attention_probs_dropout_prob": c["dropout"]}
+    dcfg = electra_config(c["size"], tok.vocab_size, max_position_embeddings=max(512, c["seq_len"]), **drop)
+    model = build_pretrainer(c["objective"], dcfg, generator_config(dcfg, c["gen_size"]), c["disc_weight"],
+                             ident["mask_prob"], share_embeddings=c["share_embeddings"])
+    last = ck.latest_checkpoint(run)
+    ck.load_checkpoint(last, model, restore_rng_states=False)
+    ids = probe_batch(cache, c["seq_len"], cls_id=tok.cls_id, pad_id=tok.pad_id)
+    special = (tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id)
+
+    def mask_fn(x):
+        return mask_tokens(x, mask_prob=ident["mask_prob"], mask_id=tok.mask_id, special_ids=special,
+                           vocab_size=tok.vocab_size, split=ELECTRA_SPLIT, first_regular_id=len(tok.special_ids))
+
+    old = run_probe(model, ids, pad_id=tok.pad_id, mask_fn=mask_fn)
+    row = {"run": str(run), "checkpoint": last.name, "sep_share": float((ids == tok.sep_id).sum() / (ids != tok.pad_id).sum()),
+           "disc_auc_all_but_cls": old["disc_auc"]}
+    if c.get("disc_skip_special"):
+        model.skip_in_disc_loss((tok.cls_id, tok.sep_id))
+        row["disc_auc_scored_only"] = run_probe(model, ids, pad_id=tok.pad_id, mask_fn=mask_fn)["disc_auc"]
+    print(json.dumps(row), flush=True)
