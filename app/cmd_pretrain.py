@@ -68,6 +68,10 @@ def register(sub) -> None:
                         "'original', a target that collapses the [CLS] state the router reads; the paper scores "
                         "them). Off by default: +4.4 / +8.6 points on livedoor titles at 1e14 FLOPs (two pretraining seeds), "
                         "still below random init, and it stalled RTD once on a synthetic corpus (docs/results.md)")
+    p.add_argument("--cls-contrast", type=float, default=0.0, metavar="W",
+                   help="electra*: add W × a contrastive loss at [CLS] between the discriminator's view (corrupted "
+                        "text) and the generator's (masked text) of each sequence in the batch, so that [CLS] gets "
+                        "a target that depends on the whole sequence (RTD gives it none). Default 0 (off)")
     p.add_argument("--adam-eps", type=float, default=None, metavar="EPS",
                    help="AdamW's epsilon (default torch's 1e-8; the official ELECTRA code uses 1e-6)")
     p.add_argument("--dropout", type=float, default=None, metavar="P",
@@ -117,7 +121,7 @@ def cmd_pretrain(args) -> int:
         max_flops=args.max_flops, steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
         seed=args.seed, device=args.device, mask_prob=args.mask_prob, gen_size=args.gen_size,
         disc_weight=args.disc_weight, share_embeddings=args.embeddings == "shared", dropout=args.dropout,
-        disc_skip_special=args.disc_skip_special, adam_eps=args.adam_eps,
+        disc_skip_special=args.disc_skip_special, adam_eps=args.adam_eps, cls_contrast=args.cls_contrast,
         warmup_steps=args.warmup_steps, log_every=args.log_every,
         save_every=args.save_every, keep=args.keep, cache_dir=args.cache_dir, compile=args.compile,
         export=not args.no_export, progress=not args.no_progress, init_from=args.init_from, gen_init=args.gen_init,

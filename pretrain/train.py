@@ -88,7 +88,7 @@ def default_mask_prob(size: str, objective: str, init_from=None) -> float:
 IDENTITY_KEYS = ("corpus_sha256", "tokenizer", "size", "objective", "batch_size", "seq_len", "lr", "seed",
                  "mask_prob", "gen_size", "disc_weight", "max_flops", "steps", "warmup_steps", "weight_decay",
                  "world_size", "embeddings", "dropout", "init_from", "gen_init", "gen_layers", "disc_skip_special",
-                 "adam_eps")
+                 "adam_eps", "cls_contrast")
 
 
 @dataclass
@@ -117,6 +117,9 @@ class PretrainConfig:
     #: AdamW's ε; None = torch's 1e-8 (the official ELECTRA code uses 1e-6, which damps the updates of parameters
     #: whose gradients are tiny — rare tokens' embeddings)
     adam_eps: float | None = None
+    #: RTD: weight of a [CLS] contrastive loss between the discriminator's and the generator's views
+    #: (model.RTDPretrainer.enable_cls_contrast); 0 = off, the paper's objective
+    cls_contrast: float = 0.0
     #: dropout during pretraining (hidden and attention); None = the preset's 0.1. The exported bundle always
     #: carries the fine-tuning dropout (models.bundle.presets.FINETUNE_DROPOUT), whatever was used here.
     dropout: float | None = None
@@ -206,7 +209,7 @@ def _identity(cfg: PretrainConfig, shas: list[str], tok_fp: str, world: int, lr:
             "embeddings": None if cfg.share_embeddings or cfg.objective not in RTD_OBJECTIVES else "separate",
             "dropout": cfg.dropout,
             "disc_skip_special": True if cfg.disc_skip_special else None,  # RTD only: checked before
-            "adam_eps": cfg.adam_eps}
+            "adam_eps": cfg.adam_eps, "cls_contrast": cfg.cls_contrast or None}
 
 
 def _check_same_run(out: Path, ident: dict) -> None:
@@ -222,9 +225,9 @@ def _check_same_run(out: Path, ident: dict) -> None:
 
 # ------------------------------------------------------------------------------------------------ metrics
 _SUM_KEYS = ("n_masked", "gen_correct", "n_nonpad", "n_judged", "n_replaced", "disc_correct", "disc_tp",
-             "disc_pred_pos", "disc_mlm_correct")
+             "disc_pred_pos", "disc_mlm_correct", "cls_correct", "n_seqs")
 #: per-step mean losses a pretrainer may return (all-reduced, then averaged over ranks)
-_LOSS_KEYS = ("loss", "mlm_loss", "disc_loss", "disc_mlm_loss")
+_LOSS_KEYS = ("loss", "mlm_loss", "disc_loss", "disc_mlm_loss", "cls_loss")
 
 
 def _metrics_line(step, tokens, flops, acc: dict, n_steps: int, lr: float, tok_s: float, wall: float) -> dict:
@@ -244,6 +247,8 @@ def _metrics_line(step, tokens, flops, acc: dict, n_steps: int, lr: float, tok_s
     if acc.get("disc_mlm_loss") is not None:  # electra-mlm: the discriminator's corrective MLM
         row.update(disc_mlm_loss=div(acc["disc_mlm_loss"], n_steps),
                    disc_mlm_acc=div(acc["disc_mlm_correct"], acc["n_masked"]))
+    if acc.get("cls_loss") is not None:  # --cls-contrast: the [CLS] InfoNCE and how often it finds the pair
+        row.update(cls_loss=div(acc["cls_loss"], n_steps), cls_acc=div(acc["cls_correct"], acc["n_seqs"]))
     row.update(lr=lr, tokens_per_s=tok_s, wall_s=wall)
     return row
 
@@ -373,6 +378,11 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         tok = JapaneseTokenizer.load(cfg.tokenizer)
     if cfg.disc_skip_special and cfg.objective not in RTD_OBJECTIVES:
         raise DenkiError("--disc-skip-special goes with a replaced-token-detection objective (electra*)")
+    if cfg.cls_contrast and cfg.objective not in RTD_OBJECTIVES:
+        raise DenkiError("--cls-contrast goes with a replaced-token-detection objective (electra*): it pairs the "
+                         "generator's and the discriminator's views")
+    if not (cfg.cls_contrast >= 0 and math.isfinite(cfg.cls_contrast)):
+        raise DenkiError(f"--cls-contrast {cfg.cls_contrast}: give a weight ≥ 0")
     shas = [file_sha256(p) for p in cfg.corpus]
     lr = cfg.lr if cfg.lr is not None else default_lr(lr_size, cfg.objective)
     ident = _identity(cfg, shas, tok.fingerprint(), world, lr, cfg.warmup_steps, init_ident)
@@ -436,6 +446,8 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         model_config = {"disc": disc_cfg.to_dict(), "gen": gen_cfg.to_dict() if gen_cfg else None,
                         "objective": cfg.objective, "disc_weight": cfg.disc_weight,
                         "share_embeddings": cfg.share_embeddings}
+    if cfg.cls_contrast:  # new parameters: before the optimizer is built and a checkpoint is loaded
+        model.enable_cls_contrast(cfg.cls_contrast)
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else min(10000, max(1, total_steps // 10))
     optimizer = build_optimizer(model, lr, weight_decay=cfg.weight_decay, fused=device.type == "cuda",
                                 eps=cfg.adam_eps)
@@ -618,7 +630,7 @@ def _source(cfg: PretrainConfig, shas, tok_fp, summary, init_record: dict | None
             "disc_weight": cfg.disc_weight if cfg.objective in RTD_OBJECTIVES else None,
             "embeddings": ("shared" if cfg.share_embeddings else "separate") if cfg.objective in RTD_OBJECTIVES
             else None, "disc_skip_special": bool(cfg.disc_skip_special) if cfg.objective in RTD_OBJECTIVES else None,
-            "adam_eps": cfg.adam_eps,
+            "adam_eps": cfg.adam_eps, "cls_contrast": cfg.cls_contrast or None,
             "pretrain_dropout": cfg.dropout, "command": command_line()}
 
 

@@ -681,3 +681,41 @@ def test_adam_eps_reaches_the_optimizer_and_is_part_of_the_run_identity(tiny_tok
     assert run_pretrain(b)["finished"]
     assert {g["eps"] for g in seen[-1].param_groups} == {1e-8}
     assert json.loads((tmp_path / "b" / "run.json").read_text())["identity"]["adam_eps"] is None
+
+
+def test_cls_contrast_adds_an_in_batch_infonce_between_the_two_views_cls_states():
+    """``--cls-contrast W``: total = ELECTRA's loss + W · symmetric InfoNCE of the discriminator's [CLS] (corrupted
+    text) vs the generator's [CLS] (masked text), through projections that are not part of the exported model."""
+    import torch.nn.functional as F
+
+    m, ids, am, mk, out, disc_in = _shifted_replacements("electra")
+    m.enable_cls_contrast(2.0, dim=16, temperature=0.1)
+    res = m(ids, mk.input_ids, mk.positions, am)
+    d_cls = m.discriminator.electra(input_ids=disc_in, attention_mask=am).last_hidden_state[:, 0]
+    g_cls = m.generator.electra(input_ids=mk.input_ids, attention_mask=am).last_hidden_state[:, 0]
+    zd = F.normalize(m.cls_proj_disc(d_cls), dim=-1)
+    zg = F.normalize(m.cls_proj_gen(g_cls), dim=-1)
+    sim = zd @ zg.T / 0.1
+    t = torch.arange(len(ids))
+    want = (F.cross_entropy(sim, t) + F.cross_entropy(sim.T, t)) / 2
+    assert torch.allclose(res["cls_loss"], want, atol=1e-5)
+    assert torch.allclose(res["loss"], out["loss"] + 2.0 * want, atol=1e-4)  # the rest of the loss is unchanged
+    assert int(res["cls_correct"]) == int((sim.argmax(-1) == t).sum()) and int(res["n_seqs"]) == len(ids)
+    m.zero_grad()
+    m.cls_contrast_loss(d_cls, g_cls)[0].backward()  # the [CLS] target reaches both encoders
+    assert m.discriminator.electra.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+    assert m.generator.electra.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+    assert not any("cls_proj" in k for k in m.export_model.state_dict())
+
+
+def test_cls_contrast_is_part_of_the_run_identity_and_goes_with_rtd_only(tiny_tokenizer_dir, cache_dir, tmp_path):
+    a = _cfg(tiny_tokenizer_dir, tmp_path / "a", cache_dir, steps=2, export=True, cls_contrast=0.5)
+    assert run_pretrain(a)["finished"]
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["identity"]["cls_contrast"] == 0.5
+    assert json.loads((tmp_path / "a" / "bundle" / "manifest.json").read_text())["source"]["cls_contrast"] == 0.5
+    rows = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert all(0 <= r["cls_acc"] <= 1 and r["cls_loss"] > 0 for r in rows)
+    with pytest.raises(DenkiError, match="cls_contrast"):
+        run_pretrain(replace(a, cls_contrast=0.0))
+    with pytest.raises(DenkiError, match="cls-contrast"):
+        run_pretrain(replace(a, out=str(tmp_path / "m"), objective="mlm"))
