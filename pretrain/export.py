@@ -75,13 +75,15 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
         gen_cfg = ElectraConfig(**{k: v for k, v in mc["gen"].items() if k != "model_type"}) if mc["gen"] else None
         model = build_pretrainer(mc["objective"], disc_cfg, gen_cfg, mc.get("disc_weight", 50.0),
                                  share_embeddings=mc.get("share_embeddings", True))
+    ident = state.get("identity", {})
+    if ident.get("cls_contrast"):  # --cls-contrast: its projections are in the checkpoint (not in the bundle)
+        model.enable_cls_contrast(ident["cls_contrast"])
     load_checkpoint(ckpt, model, restore_rng_states=False)
     tok_dir = run_dir / "tokenizer"
     run = json.loads((run_dir / "run.json").read_text(encoding="utf-8")) if (run_dir / "run.json").is_file() else {}
     if not (tok_dir / "vocab.txt").is_file():
         tok_dir = Path(run.get("tokenizer_dir", ""))
     rows = [r for r in read_metrics(run_dir) if r["step"] <= state["step"]]
-    ident = state.get("identity", {})
     summary = {"steps": state["step"], "tokens": state["tokens"], "flops": state["flops"], "wall_s": state["wall_s"],
                "final": rows[-1] if rows else {}, "diagnostics": last_diagnostics(rows)}
     from models.bundle.format import command_line
@@ -96,6 +98,7 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
                                                                   ident.get("corpus_sha256", []))],
               "tokenizer": ident.get("tokenizer"), "seed": ident.get("seed"), "steps": state["step"],
               "tokens": state["tokens"], "flops": state["flops"], "max_flops": ident.get("max_flops"),
+              **{k: ident.get(k) for k in ("disc_skip_special", "adam_eps", "cls_contrast") if ident.get(k)},
               "command": command_line()}
     gen = model.generator if init and mc["objective"] != "mlm" else None
     return export_bundle(model.export_model, tok_dir, out_dir, source=source, metrics=bundle_metrics(summary),

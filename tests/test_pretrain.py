@@ -715,6 +715,10 @@ def test_cls_contrast_is_part_of_the_run_identity_and_goes_with_rtd_only(tiny_to
     assert json.loads((tmp_path / "a" / "bundle" / "manifest.json").read_text())["source"]["cls_contrast"] == 0.5
     rows = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     assert all(0 <= r["cls_acc"] <= 1 and r["cls_loss"] > 0 for r in rows)
+    from pretrain.export import export_from_checkpoint  # `denki pretrain export`: rebuilds the projections too
+
+    export_from_checkpoint(tmp_path / "a", tmp_path / "x")
+    assert json.loads((tmp_path / "x" / "manifest.json").read_text())["source"]["cls_contrast"] == 0.5
     with pytest.raises(DenkiError, match="cls_contrast"):
         run_pretrain(replace(a, cls_contrast=0.0))
     with pytest.raises(DenkiError, match="cls-contrast"):
