@@ -3,13 +3,15 @@
 # --disc-skip-special, plus --cls-contrast W (InfoNCE between the discriminator's and the generator's [CLS] over the
 # batch), then 3-seed fine-tuning on both tasks (finished stages skipped).
 #   CORE=1 SEED=0 W=1 EXTRA="" bash docs/clscontrast1e14/run.sh   → runs/hybrid/electra-skip-cc1-1e14[-sSEED]
+#   SKIP=0 …: without --disc-skip-special                          → runs/hybrid/electra-cc1-1e14[-sSEED]
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
 . docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model
-CORE=${CORE:-1}; SEED=${SEED:-0}; W=${W:-1}; EXTRA=${EXTRA:-}
-name=electra-skip-cc$W-1e14$([ "$SEED" = 0 ] || echo -s$SEED)${TAG:-}; start=$(date +%s)
+CORE=${CORE:-1}; SEED=${SEED:-0}; W=${W:-1}; EXTRA=${EXTRA:-}; SKIP=${SKIP:-1}
+skip=$([ "$SKIP" = 1 ] && echo --disc-skip-special)
+name=electra$([ "$SKIP" = 1 ] && echo -skip)-cc$W-1e14$([ "$SEED" = 0 ] || echo -s$SEED); start=$(date +%s)
 [ -f $R/$name/bundle/manifest.json ] || taskset -c $CORE $B pretrain --corpus $C --tokenizer runs/tok8k \
-  --size tiny --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops 1e14 --seed $SEED --disc-skip-special \
+  --size tiny --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops 1e14 --seed $SEED $skip \
   --cls-contrast $W $EXTRA --no-progress --out $R/$name > $R/$name.log 2>&1
 echo "$name PRETRAIN wall $(( $(date +%s) - start )) s"
 ft $CORE $R/$name livedoor-title title

@@ -31,6 +31,8 @@ for run in map(Path, sys.argv[1:]):
     dcfg = electra_config(c["size"], tok.vocab_size, max_position_embeddings=max(512, c["seq_len"]), **drop)
     model = build_pretrainer(c["objective"], dcfg, generator_config(dcfg, c["gen_size"]), c["disc_weight"],
                              ident["mask_prob"], share_embeddings=c["share_embeddings"])
+    if ident.get("cls_contrast"):
+        model.enable_cls_contrast(ident["cls_contrast"])
     last = ck.latest_checkpoint(run)
     ck.load_checkpoint(last, model, restore_rng_states=False)
     ids = probe_batch(cache, c["seq_len"], cls_id=tok.cls_id, pad_id=tok.pad_id)
