@@ -17,6 +17,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .masking import candidate_mask
+
+
 def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     """Area under the ROC curve of ``scores`` for binary ``labels`` (ties count half); NaN if one class."""
     scores = np.asarray(scores, dtype=np.float64).ravel()
@@ -64,7 +67,8 @@ def rtd_auc(pretrainer, original_ids: torch.Tensor, masked_ids: torch.Tensor, po
     """Discriminator AUC on replaced tokens of one fresh corruption of the probe batch (all ``(B, L)``).
 
     The generator fills the masked positions by sampling (as in training); the discriminator scores every
-    non-pad, non-[CLS] token (and none the loss skips, ``pretrainer.unscored_ids``). Returns ``{"disc_auc", "probe_replace_rate"}`` (AUC NaN when nothing was replaced).
+    non-pad, non-[CLS] token, and none the loss skips (``pretrainer.unscored_ids``). Returns ``{"disc_auc",
+    "probe_replace_rate"}`` (AUC NaN when nothing was replaced).
     """
     was = pretrainer.training
     pretrainer.eval()
@@ -78,8 +82,7 @@ def rtd_auc(pretrainer, original_ids: torch.Tensor, masked_ids: torch.Tensor, po
         scores = pretrainer.discriminator.discriminator_predictions(hidden).float()  # (B, L)
         keep = attention_mask.bool().clone()
         keep[:, 0] = False  # [CLS] is never replaced: a free "original"
-        for sid in getattr(pretrainer, "unscored_ids", ()):  # --disc-skip-special: never trained there, not judged
-            keep &= original_ids != sid
+        keep &= candidate_mask(original_ids, getattr(pretrainer, "unscored_ids", ()))  # --disc-skip-special
     pretrainer.train(was)
     k = keep.cpu().numpy()
     return {"disc_auc": roc_auc(scores.cpu().numpy()[k], labels.cpu().numpy()[k]),

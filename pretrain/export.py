@@ -51,19 +51,15 @@ def _resolve_checkpoint(path: Path) -> Path:
     return last
 
 
-def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
-    """Rebuild the model from a checkpoint (a ``step-…`` directory, or a run directory → its newest checkpoint)
-    and export it. The tokenizer comes from the run directory's ``tokenizer/`` copy."""
-    import json
-
+def load_pretrainer(checkpoint: str | os.PathLike):
+    """Rebuild the whole pretrainer (generator, discriminator, any extra heads) from a checkpoint (a ``step-…``
+    directory, or a run directory → its newest checkpoint): ``(model, checkpoint_dir, state)``."""
     from transformers import ElectraConfig
 
     from .checkpoint import load_checkpoint, read_state
     from .model import build_pretrainer
-    from .runlog import bundle_metrics, last_diagnostics, read_metrics
 
     ckpt = _resolve_checkpoint(Path(checkpoint))
-    run_dir = ckpt.parent.parent
     state = read_state(ckpt)
     mc = state["model_config"]
     if mc.get("classes"):  # continued pretraining: the classes and configs of the bundle it started from
@@ -75,10 +71,24 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
         gen_cfg = ElectraConfig(**{k: v for k, v in mc["gen"].items() if k != "model_type"}) if mc["gen"] else None
         model = build_pretrainer(mc["objective"], disc_cfg, gen_cfg, mc.get("disc_weight", 50.0),
                                  share_embeddings=mc.get("share_embeddings", True))
-    ident = state.get("identity", {})
-    if ident.get("cls_contrast"):  # --cls-contrast: its projections are in the checkpoint (not in the bundle)
-        model.enable_cls_contrast(ident["cls_contrast"])
+    cls_contrast = state.get("identity", {}).get("cls_contrast")
+    if cls_contrast:  # --cls-contrast: its projections are in the checkpoint (not in the bundle)
+        model.enable_cls_contrast(cls_contrast)
     load_checkpoint(ckpt, model, restore_rng_states=False)
+    return model, ckpt, state
+
+
+def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
+    """Rebuild the model from a checkpoint (a ``step-…`` directory, or a run directory → its newest checkpoint)
+    and export it. The tokenizer comes from the run directory's ``tokenizer/`` copy."""
+    import json
+
+    from .runlog import bundle_metrics, last_diagnostics, read_metrics
+
+    model, ckpt, state = load_pretrainer(checkpoint)
+    run_dir = ckpt.parent.parent
+    mc = state["model_config"]
+    ident = state.get("identity", {})
     tok_dir = run_dir / "tokenizer"
     run = json.loads((run_dir / "run.json").read_text(encoding="utf-8")) if (run_dir / "run.json").is_file() else {}
     if not (tok_dir / "vocab.txt").is_file():

@@ -192,9 +192,9 @@ class RTDPretrainer(nn.Module):
         hidden = self.discriminator.electra(input_ids=disc_input, attention_mask=attention_mask).last_hidden_state
         disc_logits = self.discriminator.discriminator_predictions(hidden)  # (B, L)
         per_tok = F.binary_cross_entropy_with_logits(disc_logits.float(), labels.float(), reduction="none")
-        scored = positions if self.masked_only else nonpad  # (B, L) bool: tokens the disc loss averages over
-        if self.unscored_ids:
-            scored = scored & candidate_mask(original_ids, self.unscored_ids)
+        # (B, L) bool: the tokens the discriminator is trained and judged on (all non-pad, the paper's) ...
+        judged = nonpad & candidate_mask(original_ids, self.unscored_ids) if self.unscored_ids else nonpad
+        scored = positions if self.masked_only else judged  # ... and those its loss averages over
         disc_loss = (per_tok * scored).sum() / scored.sum().clamp(min=1)
         loss = mlm_loss + self.disc_weight * disc_loss
         extra = {}
@@ -214,7 +214,6 @@ class RTDPretrainer(nn.Module):
         with torch.no_grad():
             # the logged accuracy/precision/recall cover the tokens the loss can train: with --disc-skip-special
             # the untrained [CLS]/[SEP] outputs would otherwise count as false positives
-            judged = nonpad & candidate_mask(original_ids, self.unscored_ids) if self.unscored_ids else nonpad
             pred = (disc_logits > 0) & judged
             stats = {
                 "n_masked": positions.sum(), "gen_correct": (logits.argmax(-1) == targets).sum(),

@@ -237,9 +237,9 @@ def _metrics_line(step, tokens, flops, acc: dict, n_steps: int, lr: float, tok_s
     row = {"step": step, "tokens": int(tokens), "flops": float(flops), "loss": div(acc["loss"], n_steps),
            "mlm_loss": div(acc["mlm_loss"], n_steps), "gen_acc": div(acc["gen_correct"], acc["n_masked"])}
     if acc.get("n_replaced") is not None and "disc_loss" in acc:
-        judged = acc.get("n_judged", acc["n_nonpad"])  # the tokens the disc loss scores (all non-pad by default)
-        row.update(disc_loss=div(acc["disc_loss"], n_steps), replace_rate=div(acc["n_replaced"], judged),
-                   disc_acc=div(acc["disc_correct"], judged),
+        # over the tokens the discriminator is judged on (all non-pad unless --disc-skip-special)
+        row.update(disc_loss=div(acc["disc_loss"], n_steps), replace_rate=div(acc["n_replaced"], acc["n_judged"]),
+                   disc_acc=div(acc["disc_correct"], acc["n_judged"]),
                    disc_precision=div(acc["disc_tp"], acc["disc_pred_pos"]),
                    disc_recall=div(acc["disc_tp"], acc["n_replaced"]))
     else:  # MLM baseline: no discriminator

@@ -12,29 +12,18 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-import torch  # noqa: E402
-
-from models.bundle.presets import electra_config, generator_config  # noqa: E402
 from models.text.tokenizer import JapaneseTokenizer  # noqa: E402
-from pretrain import checkpoint as ck  # noqa: E402
 from pretrain.data import build_token_cache  # noqa: E402
 from pretrain.diagnostics import probe_batch, run_probe  # noqa: E402
+from pretrain.export import load_pretrainer  # noqa: E402
 from pretrain.masking import ELECTRA_SPLIT, mask_tokens  # noqa: E402
-from pretrain.model import build_pretrainer  # noqa: E402
 
 for run in map(Path, sys.argv[1:]):
     meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
     c, ident = meta["config"], meta["identity"]
     tok = JapaneseTokenizer.load(run / "tokenizer")
     cache = build_token_cache(c["corpus"], tok, c["cache_dir"], progress=False, corpus_shas=ident["corpus_sha256"])
-    drop = {} if c["dropout"] is None else {"hidden_dropout_prob": c["dropout"], "attention_probs_dropout_prob": c["dropout"]}
-    dcfg = electra_config(c["size"], tok.vocab_size, max_position_embeddings=max(512, c["seq_len"]), **drop)
-    model = build_pretrainer(c["objective"], dcfg, generator_config(dcfg, c["gen_size"]), c["disc_weight"],
-                             ident["mask_prob"], share_embeddings=c["share_embeddings"])
-    if ident.get("cls_contrast"):
-        model.enable_cls_contrast(ident["cls_contrast"])
-    last = ck.latest_checkpoint(run)
-    ck.load_checkpoint(last, model, restore_rng_states=False)
+    model, last, _ = load_pretrainer(run)  # the newest checkpoint
     ids = probe_batch(cache, c["seq_len"], cls_id=tok.cls_id, pad_id=tok.pad_id)
     special = (tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id)
 
