@@ -4,6 +4,7 @@
 #   bash docs/cc1e14/quickstart.sh 0 lr1e3 "--cls-contrast 1 --lr 1e-3" 1   (→ runs/qscc-lr1e3; 1 = with random init)
 #   bash docs/cc1e14/quickstart.sh 1 lr3e4 "--cls-contrast 1 --lr 3e-4" 0
 #   bash docs/cc1e14/quickstart.sh 1 base  "" 0                             (the paper's loss at the default lr 3e-4)
+#   bash docs/cc1e14/quickstart.sh 1 lr1e3wu100 "--cls-contrast 1 --lr 1e-3 --warmup-steps 100" 0
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
 CORE=$1; TAG=$2; ARGS=$3; CONTROL=$4
