@@ -6,14 +6,8 @@
 #   BUDGET=3e13 CORE=0 bash docs/cc1e14/run.sh lr1e3         → runs/hybrid/electra-cc1-lr1e3-3e13 (another budget)
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
-. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model
-CORE=${CORE:-0}; tag=$1; shift
-BUDGET=${BUDGET:-1e14}; name=electra-cc1-$tag-$BUDGET; start=$(date +%s)
+. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model, pretrain_ft
+CORE=${CORE:-0}; tag=$1; shift; BUDGET=${BUDGET:-1e14}
 # the lever's options come last: a second --lr overrides the first
-[ -f $R/$name/bundle/manifest.json ] || taskset -c $CORE $B pretrain --corpus $C --tokenizer runs/tok8k \
-  --size tiny --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops $BUDGET --seed 0 --cls-contrast 1 "$@" \
-  --no-progress --out $R/$name > $R/$name.log 2>&1
-echo "$name PRETRAIN wall $(( $(date +%s) - start )) s"
-ft $CORE $R/$name livedoor-title title
-ft $CORE $R/$name jaquad-qtype text
-echo "$name ALL wall $(( $(date +%s) - start )) s"
+pretrain_ft $CORE electra-cc1-$tag-$BUDGET --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops $BUDGET \
+  --seed 0 --cls-contrast 1 "$@"

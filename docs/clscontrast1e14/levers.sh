@@ -5,14 +5,8 @@
 #   CORE=1 bash docs/clscontrast1e14/levers.sh g8 --gen-size 0.125  → runs/hybrid/electra-skip-g8-1e14
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
-. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model
+. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model, pretrain_ft
 CORE=${CORE:-0}; tag=$1; shift
-name=electra-skip-$tag-1e14; start=$(date +%s)
 # the lever's options come last: a second --lr overrides the first
-[ -f $R/$name/bundle/manifest.json ] || taskset -c $CORE $B pretrain --corpus $C --tokenizer runs/tok8k \
-  --size tiny --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops 1e14 --seed 0 --disc-skip-special "$@" \
-  --no-progress --out $R/$name > $R/$name.log 2>&1
-echo "$name PRETRAIN wall $(( $(date +%s) - start )) s"
-ft $CORE $R/$name livedoor-title title
-ft $CORE $R/$name jaquad-qtype text
-echo "$name ALL wall $(( $(date +%s) - start )) s"
+pretrain_ft $CORE electra-skip-$tag-1e14 --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops 1e14 --seed 0 \
+  --disc-skip-special "$@"

@@ -6,14 +6,10 @@
 #   SKIP=0 …: without --disc-skip-special                          → runs/hybrid/electra-cc1-1e14[-sSEED]
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
-. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model
+. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model, pretrain_ft
 CORE=${CORE:-1}; SEED=${SEED:-0}; W=${W:-1}; EXTRA=${EXTRA:-}; SKIP=${SKIP:-1}
 skip=$([ "$SKIP" = 1 ] && echo --disc-skip-special)
-name=electra$([ "$SKIP" = 1 ] && echo -skip)-cc$W-1e14$([ "$SEED" = 0 ] || echo -s$SEED); start=$(date +%s)
-[ -f $R/$name/bundle/manifest.json ] || taskset -c $CORE $B pretrain --corpus $C --tokenizer runs/tok8k \
-  --size tiny --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops 1e14 --seed $SEED $skip \
-  --cls-contrast $W $EXTRA --no-progress --out $R/$name > $R/$name.log 2>&1
-echo "$name PRETRAIN wall $(( $(date +%s) - start )) s"
-ft $CORE $R/$name livedoor-title title
-ft $CORE $R/$name jaquad-qtype text
-echo "$name ALL wall $(( $(date +%s) - start )) s"
+name=electra$([ "$SKIP" = 1 ] && echo -skip)-cc$W-1e14$([ "$SEED" = 0 ] || echo -s$SEED)
+# $skip and $EXTRA unquoted: empty ones vanish, EXTRA's words become options
+pretrain_ft $CORE $name --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops 1e14 --seed $SEED $skip \
+  --cls-contrast $W $EXTRA

@@ -4,12 +4,6 @@
 #   CORE=0 bash docs/eps1e14/run.sh     → runs/hybrid/electra-skip-eps6-1e14 (finished stages skipped)
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
-. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model
-CORE=${CORE:-0}; name=electra-skip-eps6-1e14; start=$(date +%s)
-[ -f $R/$name/bundle/manifest.json ] || taskset -c $CORE $B pretrain --corpus $C --tokenizer runs/tok8k \
-  --size tiny --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops 1e14 --seed 0 --disc-skip-special \
-  --adam-eps 1e-6 --no-progress --out $R/$name > $R/$name.log 2>&1
-echo "$name PRETRAIN wall $(( $(date +%s) - start )) s"
-ft $CORE $R/$name livedoor-title title
-ft $CORE $R/$name jaquad-qtype text
-echo "$name ALL wall $(( $(date +%s) - start )) s"
+. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model, pretrain_ft
+pretrain_ft ${CORE:-0} electra-skip-eps6-1e14 --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops 1e14 \
+  --seed 0 --disc-skip-special --adam-eps 1e-6

@@ -1,7 +1,19 @@
 # Sourced (from the repository root) by docs/hybrid1e14/*.sh: one thread per run, offline, the shared corpora ($C),
-# the output folder ($R), the CLI ($B) and the fine-tuning helpers of docs/levers1e14/ft.sh (ft, ft_model).
+# the output folder ($R), the CLI ($B), the fine-tuning helpers of docs/levers1e14/ft.sh (ft, ft_model) and
+# pretrain_ft (below).
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 C="../shared/data/corpus_manpages_ja.txt.gz ../shared/data/corpus_wiki_ja.txt.gz"
 R=runs/hybrid; B=.venv/bin/denki
 mkdir -p $R
 . docs/levers1e14/ft.sh  # ft CORE RUN_DIR TASK TEXT_FIELD; ft_model CORE OUT TASK TEXT_FIELD MODEL_OPTIONS...
+# pretrain_ft CORE NAME PRETRAIN_OPTIONS...: a tiny pretraining on $C with runs/tok8k into $R/NAME (skipped when its
+# bundle exists), then 3-seed fine-tuning on both tasks (ft); prints the wall times. The lever scripts' one body.
+pretrain_ft() {
+  local core=$1 name=$2 start; start=$(date +%s); shift 2
+  [ -f $R/$name/bundle/manifest.json ] || taskset -c $core $B pretrain --corpus $C --tokenizer runs/tok8k \
+    --size tiny "$@" --no-progress --out $R/$name > $R/$name.log 2>&1
+  echo "$name PRETRAIN wall $(( $(date +%s) - start )) s"
+  ft $core $R/$name livedoor-title title
+  ft $core $R/$name jaquad-qtype text
+  echo "$name ALL wall $(( $(date +%s) - start )) s"
+}

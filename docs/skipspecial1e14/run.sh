@@ -9,16 +9,9 @@
 #   bash docs/skipspecial1e14/run.sh
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
-. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model
+. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model, pretrain_ft
 one() {  # CORE OBJECTIVE NAME
-  local core=$1 obj=$2 name=$3 start=$(date +%s)
-  [ -f $R/$name/bundle/manifest.json ] || taskset -c $core $B pretrain --corpus $C --tokenizer runs/tok8k \
-    --size tiny --objective $obj --mask-prob 0.15 --lr 1e-3 --max-flops 1e14 --seed 0 --disc-skip-special \
-    --no-progress --out $R/$name > $R/$name.log 2>&1
-  echo "$name PRETRAIN wall $(( $(date +%s) - start )) s"
-  ft $core $R/$name livedoor-title title
-  ft $core $R/$name jaquad-qtype text
-  echo "$name ALL wall $(( $(date +%s) - start )) s"
+  pretrain_ft $1 $3 --objective $2 --mask-prob 0.15 --lr 1e-3 --max-flops 1e14 --seed 0 --disc-skip-special
 }
 one 0 electra electra-skip-1e14 &
 one 1 electra-mlm electra-mlm-skip-1e14 &

@@ -5,17 +5,11 @@
 #                                                 then 3-seed fine-tuning of each on both tasks (finished stages skipped)
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
-. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model
+. docs/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model, pretrain_ft
 SEED=${SEED:?set SEED (0 is docs/hybrid1e14/electra.sh and run.sh)}
 one() {  # CORE NAME EXTRA_OPTIONS...
-  local core=$1 name=$2 start=$(date +%s); shift 2
-  [ -f $R/$name/bundle/manifest.json ] || taskset -c $core $B pretrain --corpus $C --tokenizer runs/tok8k \
-    --size tiny --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops 1e14 --seed $SEED "$@" \
-    --no-progress --out $R/$name > $R/$name.log 2>&1
-  echo "$name PRETRAIN wall $(( $(date +%s) - start )) s"
-  ft $core $R/$name livedoor-title title
-  ft $core $R/$name jaquad-qtype text
-  echo "$name ALL wall $(( $(date +%s) - start )) s"
+  local core=$1 name=$2; shift 2
+  pretrain_ft $core $name --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops 1e14 --seed $SEED "$@"
 }
 one 0 electra-1e14-s$SEED &
 one 1 electra-skip-1e14-s$SEED --disc-skip-special &
