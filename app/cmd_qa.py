@@ -18,8 +18,13 @@ def register_finetune(sub) -> None:
         description="Fine-tune a pretrained bundle for extractive QA with unanswerable questions. Long contexts "
                     "are split into overlapping windows; the null threshold is tuned on --dev to maximise F1 and "
                     "stored in the bundle (task.json). Writes the `qa` bundle plus report.json/report.md/PNGs "
-                    "into --out.")
-    p.add_argument("--model", required=True, help="pretrained bundle directory")
+                    "into --out. --init-random trains the same QA model from random init instead: the control that "
+                    "shows what the pretraining bought.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", metavar="BUNDLE", help="pretrained bundle directory")
+    src.add_argument("--init-random", metavar="SIZE", choices=("tiny", "small", "base"),
+                     help="random-init control of this size instead of --model (needs --tokenizer)")
+    p.add_argument("--tokenizer", metavar="DIR", help="tokenizer directory (with --init-random)")
     p.add_argument("--train", required=True, help="training file (.json SQuAD 2.0 or .jsonl squad_v2; .gz ok)")
     p.add_argument("--dev", required=True, help="dev file (threshold tuning and the report)")
     p.add_argument("--out", required=True, help="output bundle directory")
@@ -64,7 +69,7 @@ def register_evaluate(sub) -> None:
 def _finetune(args) -> int:
     from models.qa.finetune import finetune_qa
 
-    rep = finetune_qa(model=args.model, train=args.train, dev=args.dev, out=args.out, max_length=args.max_length,
+    rep = finetune_qa(model=args.model, init_random=args.init_random, tokenizer_dir=args.tokenizer, train=args.train, dev=args.dev, out=args.out, max_length=args.max_length,
                       doc_stride=args.doc_stride, max_answer_length=args.max_answer_length, seeds=args.seeds,
                       seed=args.seed, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                       warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, layer_decay=args.layer_decay,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -64,11 +65,37 @@ DEFAULT_LR = {"tiny": 1e-3, "small": 5e-4, "base": 2e-4}
 DEFAULT_LR_RTD = {"tiny": 3e-4}
 
 
-def default_lr(size: str, objective: str) -> float:
-    """The peak LR a run gets without ``--lr`` (per size; per objective where measurements differ)."""
+def default_lr(size: str, objective: str, planned_steps: int | None = None) -> float:
+    """The peak LR a run gets without ``--lr`` (per size; per objective where measurements differ; for a tiny
+    ELECTRA from scratch, per run length: :func:`long_tiny_rtd`)."""
+    if long_tiny_rtd(size, objective, planned_steps):
+        return TINY_RTD_LONG["lr"]
     if objective in RTD_OBJECTIVES and size in DEFAULT_LR_RTD:
         return DEFAULT_LR_RTD[size]
     return DEFAULT_LR[size]
+
+
+#: A tiny ELECTRA from scratch that plans at least this many steps gets :data:`TINY_RTD_LONG` for whatever of
+#: --lr / --cls-contrast is not given. Evidence (docs/results.md, "--cls-contrast without --disc-skip-special"; dev
+#: macro-F1 livedoor-title / jaquad-qtype): at 1e14 FLOPs (3,470 steps) lr 1e-3 + cls-contrast 1 fine-tunes 0.695 /
+#: 0.569 (3 pretraining seeds; random init 0.687 / 0.564) vs 0.634 / 0.549 at lr 3e-4 and 0.609 / 0.560 for the
+#: paper's loss at lr 1e-3; at 3e13 (1,040 steps) lr 1e-3 beats 3e-4 (0.607 vs 0.452); at the quickstart's 6e12
+#: (209 steps) lr 1e-3 collapses (0.270) and 5e-4 nearly (AUC 0.57), so short runs keep lr 3e-4 and the paper's
+#: loss (with cls-contrast: 0.722 vs 0.724, a tie). The switch sits at the shortest long run measured.
+TINY_RTD_LONG_STEPS = 1000
+TINY_RTD_LONG = {"lr": 1e-3, "cls_contrast": 1.0}
+
+
+def long_tiny_rtd(size: str, objective: str, planned_steps: int | None) -> bool:
+    """Whether a run gets the long-run recipe :data:`TINY_RTD_LONG` (tiny, objective ``electra``, from scratch —
+    ``planned_steps`` is None for --init-from — planning ≥ :data:`TINY_RTD_LONG_STEPS` steps)."""
+    return size == "tiny" and objective == "electra" and planned_steps is not None \
+        and planned_steps >= TINY_RTD_LONG_STEPS
+
+
+def default_cls_contrast(size: str, objective: str, planned_steps: int | None) -> float:
+    """The --cls-contrast weight a run gets when none is given: 1 for a long tiny ELECTRA, else 0 (off)."""
+    return TINY_RTD_LONG["cls_contrast"] if long_tiny_rtd(size, objective, planned_steps) else 0.0
 
 
 #: MLM's mask rate from scratch at size tiny: 40 %, from evidence (docs/results.md, "MLM with a 40 % mask rate"):
@@ -118,8 +145,8 @@ class PretrainConfig:
     #: whose gradients are tiny — rare tokens' embeddings)
     adam_eps: float | None = None
     #: RTD: weight of a [CLS] contrastive loss between the discriminator's and the generator's views
-    #: (model.RTDPretrainer.enable_cls_contrast); 0 = off, the paper's objective
-    cls_contrast: float = 0.0
+    #: (model.RTDPretrainer.enable_cls_contrast); 0 = off, the paper's objective; None = default_cls_contrast
+    cls_contrast: float | None = None
     #: dropout during pretraining (hidden and attention); None = the preset's 0.1. The exported bundle always
     #: carries the fine-tuning dropout (models.bundle.presets.FINETUNE_DROPOUT), whatever was used here.
     dropout: float | None = None
@@ -376,6 +403,18 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
             raise DenkiError("--gen-init / --gen-layers go with --init-from")
         tok_dir = cfg.tokenizer
         tok = JapaneseTokenizer.load(cfg.tokenizer)
+    planned = None  # the plan of a tiny ELECTRA from scratch: its default lr and --cls-contrast depend on it
+    if init_bundle is None and cfg.size == "tiny" and cfg.objective == "electra" \
+            and (cfg.lr is None or cfg.cls_contrast is None):
+        d = electra_config(cfg.size, tok.vocab_size, max_position_embeddings=max(512, cfg.seq_len))
+        planned = plan_steps(cfg, d, generator_config(d, cfg.gen_size), world)
+        if main and long_tiny_rtd(cfg.size, cfg.objective, planned):
+            chosen = [f"--lr {TINY_RTD_LONG['lr']:g}"] * (cfg.lr is None) \
+                + [f"--cls-contrast {TINY_RTD_LONG['cls_contrast']:g}"] * (cfg.cls_contrast is None)
+            print(f"pretrain: a tiny ELECTRA run of {planned:,} steps (≥ {TINY_RTD_LONG_STEPS:,}) gets the long-run "
+                  f"defaults {' '.join(chosen)} (docs/results.md; give them to choose)", file=sys.stderr)
+    if cfg.cls_contrast is None:  # resolved once here: identity, model and bundle all see the value
+        cfg = replace(cfg, cls_contrast=default_cls_contrast(cfg.size, cfg.objective, planned))
     if cfg.disc_skip_special and cfg.objective not in RTD_OBJECTIVES:
         raise DenkiError("--disc-skip-special goes with a replaced-token-detection objective (electra*)")
     if cfg.cls_contrast and cfg.objective not in RTD_OBJECTIVES:
@@ -384,7 +423,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     if not (cfg.cls_contrast >= 0 and math.isfinite(cfg.cls_contrast)):
         raise DenkiError(f"--cls-contrast {cfg.cls_contrast}: give a weight ≥ 0")
     shas = [file_sha256(p) for p in cfg.corpus]
-    lr = cfg.lr if cfg.lr is not None else default_lr(lr_size, cfg.objective)
+    lr = cfg.lr if cfg.lr is not None else default_lr(lr_size, cfg.objective, planned)
     ident = _identity(cfg, shas, tok.fingerprint(), world, lr, cfg.warmup_steps, init_ident)
     _check_same_run(out, ident)
 

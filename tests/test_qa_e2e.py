@@ -110,3 +110,24 @@ def test_answerable_head_variant_trains_compares_rules_and_evaluates(qa_bundle, 
                  "--max-examples", "30", "--output-json", str(mj), "--no-progress", "--threads", "1"]) == 0
     m = json.loads(mj.read_text(encoding="utf-8"))
     assert m["null_rule"] == task["null_rule"] and m["total"] == 30
+
+
+def test_init_random_control_trains_from_scratch_and_needs_a_tokenizer(tiny_tokenizer_dir, tmp_path, capsys):
+    out = tmp_path / "qa_rand"
+    args = ["finetune", "qa", "--init-random", "tiny", "--train", str(SAMPLE_QA_TRAIN), "--dev", str(SAMPLE_QA_DEV),
+            "--out", str(out), "--max-length", "192", "--doc-stride", "64", "--max-steps", "4",
+            "--batch-size", "16", "--max-train-examples", "60", "--max-dev-examples", "30", "--no-progress",
+            "--threads", "1"]
+    assert main(args) == 2  # no vocabulary to build the random model with
+    assert "--init-random needs --tokenizer" in capsys.readouterr().err
+    assert main(args + ["--tokenizer", str(tiny_tokenizer_dir)]) == 0
+    rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert rep["source"] == {"init": "random", "size": "tiny"} and rep["settings"]["init_random"] == "tiny"
+    assert rep["pretrained_health_warning"] is None and rep["seeds"][0]["steps"] == 4
+    manifest = verify_bundle(out / "bundle", kinds=("qa",))
+    assert manifest["source"]["pretrained"] is None
+    assert manifest["source"]["pretrained_source"] == {"init": "random", "size": "tiny"}
+    assert (out / "bundle" / "vocab.txt").read_bytes() == (tiny_tokenizer_dir / "vocab.txt").read_bytes()
+    # both sources at once is a usage error (argparse: exit 2)
+    with pytest.raises(SystemExit):
+        main(args + ["--tokenizer", str(tiny_tokenizer_dir), "--model", str(tmp_path)])

@@ -111,9 +111,11 @@ def golds_of(examples: list[QAExample]) -> dict[str, list[str]]:
 
 def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int, epochs: float, lr: float,
               batch_size: int, warmup_ratio: float = 0.1, weight_decay: float = 0.01, layer_decay: float = 1.0,
-              device=None, progress: bool = False, max_steps: int | None = None, answerable_head: bool = False):
+              device=None, progress: bool = False, max_steps: int | None = None, answerable_head: bool = False,
+              random_size: str | None = None):
     """Fine-tune a fresh ``ElectraForQuestionAnswering`` (``BertForQuestionAnswering`` for a BERT bundle; with
-    ``answerable_head``, the subclasses in :mod:`models.qa.heads`) from ``bundle`` on ``features``; returns
+    ``answerable_head``, the subclasses in :mod:`models.qa.heads`) from ``bundle`` on ``features`` — or, with
+    ``random_size``, an ELECTRA of that size from random init (``bundle`` is then only the tokenizer); returns
     ``(model, info)``. Loss = mean of start and end cross-entropy (transformers' head) [+ answerable BCE]."""
     import torch
     from tqdm.auto import tqdm
@@ -128,7 +130,12 @@ def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int,
     try:
         from models.qa.heads import qa_model_class
 
-        model = load_model(bundle, qa_model_class(bundle, answerable_head), kinds=("pretrained",))
+        if random_size is not None:  # the control: the same architecture, no pretraining (init depends on seed)
+            from models.bundle.presets import electra_config
+
+            model = qa_model_class(None, answerable_head)(electra_config(random_size, tokenizer.vocab_size))
+        else:
+            model = load_model(bundle, qa_model_class(bundle, answerable_head), kinds=("pretrained",))
     finally:
         hf_logging.set_verbosity(verbosity)
     dev = device or torch.device("cpu")
@@ -262,7 +269,8 @@ def write_report(out_dir: Path, report: dict, examples: list[QAExample], results
     atomic_write_json(out_dir / "report.json", jsonable(report))
     m_t, m_0 = report["dev_metrics"], report["dev_metrics_threshold0"]
     lines = [f"# QA fine-tuning report — {out_dir.name}", "",
-             f"Pretrained bundle: `{report['source']['pretrained']}`  ",
+             (f"Pretrained bundle: `{report['source']['pretrained']}`  " if "pretrained" in report["source"] else
+              f"Random init ({report['source']['size']}): the control, no pretraining  "),
              f"Train: `{report['data']['train']['path']}` ({report['data']['train']['examples']} questions used), "
              f"dev: `{report['data']['dev']['path']}` ({report['data']['dev']['examples']} questions)  ",
              f"Settings: {json.dumps(report['settings'], ensure_ascii=False)}", "",
@@ -322,15 +330,16 @@ def write_report(out_dir: Path, report: dict, examples: list[QAExample], results
 
 
 # ------------------------------------------------------------------------------------------------ commands
-def finetune_qa(*, model: str, train: str, dev: str, out: str, max_length: int = 384, doc_stride: int = 128,
+def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max_length: int = 384, doc_stride: int = 128,
                 max_answer_length: int = 30, seeds: int = 1, seed: int = 0, epochs: float = 2.0, lr: float = 3e-4,
                 batch_size: int = 32, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
                 layer_decay: float = 1.0, n_best: int = 20, max_train_examples: int | None = None,
                 max_dev_examples: int | None = None, max_steps: int | None = None, strict: bool = False,
                 answerable_head: bool = False, device: str = "auto", threads: int | None = None,
-                progress: bool = True) -> dict:
-    """Fine-tune ``seeds`` models, keep the median one, tune the null threshold on dev, write the bundle and
-    its report. Returns the report dict."""
+                progress: bool = True, init_random: str | None = None, tokenizer_dir: str | None = None) -> dict:
+    """Fine-tune ``seeds`` models from the pretrained bundle ``model`` (or, with ``init_random`` SIZE and
+    ``tokenizer_dir``, from random init: the control), keep the median one, tune the null threshold on dev, write
+    the bundle and its report. Returns the report dict."""
     import torch
 
     from models.bundle.format import command_line, read_manifest
@@ -345,9 +354,18 @@ def finetune_qa(*, model: str, train: str, dev: str, out: str, max_length: int =
         raise DenkiError("--seeds must be at least 1")
     if max_answer_length < 1:
         raise DenkiError("--max-answer-length must be at least 1")
-    health_warning = warn_if_unlearned(read_manifest(model))  # also: a clear error for a non-bundle, early
+    if (model is None) == (init_random is None):
+        raise DenkiError("give either --model BUNDLE or --init-random SIZE --tokenizer DIR")
+    if init_random is not None and not tokenizer_dir:
+        raise DenkiError("--init-random needs --tokenizer DIR (the vocabulary the random model will use)")
+    if model is not None:
+        src_manifest = read_manifest(model)  # also: a clear error for a non-bundle, early
+        health_warning = warn_if_unlearned(src_manifest)
+        tokenizer_dir = model
+    else:
+        src_manifest, health_warning = {"init": "random", "size": init_random}, None
     dev_t = pick_device(device)
-    tok = JapaneseTokenizer.load(model)
+    tok = JapaneseTokenizer.load(tokenizer_dir)
     train_data: QAData = read_qa(train, strict=strict)
     dev_data: QAData = read_qa(dev, strict=strict)
     train_ex = subsample(train_data.examples, max_train_examples, seed)
@@ -362,9 +380,10 @@ def finetune_qa(*, model: str, train: str, dev: str, out: str, max_length: int =
     runs, states = [], []
     for k in range(seeds):
         s = seed + k
-        m, info = train_one(model, tok, train_f, seed=s, epochs=epochs, lr=lr, batch_size=batch_size,
+        m, info = train_one(tokenizer_dir, tok, train_f, seed=s, epochs=epochs, lr=lr, batch_size=batch_size,
                             warmup_ratio=warmup_ratio, weight_decay=weight_decay, layer_decay=layer_decay,
-                            device=dev_t, progress=progress, max_steps=max_steps, answerable_head=answerable_head)
+                            device=dev_t, progress=progress, max_steps=max_steps, answerable_head=answerable_head,
+                            random_size=init_random)
         res = predict_results(m, dev_f, tok, n_best=n_best, max_answer_length=max_answer_length, null_threshold=0.0,
                               progress=progress, desc=f"qa: dev seed {s}")
         # one set of dev predictions, scored under every available null rule (threshold 0 + best threshold)
@@ -393,7 +412,8 @@ def finetune_qa(*, model: str, train: str, dev: str, out: str, max_length: int =
                 "n_best": n_best, "epochs": epochs, "lr": lr, "batch_size": batch_size, "warmup_ratio": warmup_ratio,
                 "weight_decay": weight_decay, "layer_decay": layer_decay, "seeds": seeds, "seed": seed,
                 "max_train_examples": max_train_examples, "max_dev_examples": max_dev_examples,
-                "max_steps": max_steps, "answerable_head": answerable_head, "device": str(dev_t),
+                "max_steps": max_steps, "answerable_head": answerable_head, "init_random": init_random,
+                "device": str(dev_t),
                 "torch_threads": torch.get_num_threads()}
     task = {"task": "qa", "format": TASK_FORMAT, "null_threshold": thr, "max_answer_length": max_answer_length,
             "max_length": max_length, "doc_stride": doc_stride, "n_best": n_best,
@@ -410,16 +430,17 @@ def finetune_qa(*, model: str, train: str, dev: str, out: str, max_length: int =
                        "expected": {"answer": r["answer"], "start": r["start"], "end": r["end"],
                                     "has_answer": r["has_answer"], "null_score_diff": r["null_score_diff"],
                                     "score": r["score"]}})
-    src_manifest = read_manifest(model)
-    source = {"pretrained": str(model), "pretrained_source": src_manifest.get("source", {}),
+    source = {"pretrained": str(model) if model else None,
+              "pretrained_source": src_manifest.get("source", {}) if model else src_manifest,
               "train": train_data.summary(), "dev": dev_data.summary(), "command": command_line(),
               "seed": runs[keep]["seed"], "settings": settings}
     metrics = {k: m_t[k] for k in m_t} | {"threshold0_best_f1": m_0["best_f1"], "threshold0_f1": m_0["f1"]}
     out_p = Path(out)
-    save_bundle(best_model, model, out_p / "bundle", "qa", source=jsonable(source), metrics=jsonable(metrics),
+    save_bundle(best_model, tokenizer_dir, out_p / "bundle", "qa", source=jsonable(source), metrics=jsonable(metrics),
                 extra_files={"task.json": task, PARITY_SAMPLE: {"format": 1, "examples": jsonable(parity)}})
     bf = [r["dev_metrics"]["best_f1"] for r in runs]
-    report = {"kind": "qa-finetune", "source": {"pretrained": str(model)}, "command": command_line(),
+    report = {"kind": "qa-finetune",
+              "source": {"pretrained": str(model)} if model else {"init": "random", "size": init_random}, "command": command_line(),
               "pretrained_health_warning": health_warning,
               "settings": settings, "null_threshold": thr, "null_threshold_margin": margin,
               "dev_within_0_1_of_threshold": near, "null_rule": null_rule, "kept_seed": runs[keep]["seed"],

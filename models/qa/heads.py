@@ -76,9 +76,9 @@ _QA_CLASSES = {"electra": (ElectraForQuestionAnswering, ElectraForQuestionAnswer
 
 def qa_model_class(bundle_dir, answerable_head: bool = False):
     """The QA class for a bundle's architecture (``config.json`` ``model_type``: electra, or bert from
-    ``denki import``), with or without the answerable head."""
-    p = Path(bundle_dir) / "config.json"
-    model_type = json.loads(p.read_text(encoding="utf-8")).get("model_type") if p.is_file() else "electra"
+    ``denki import``; ELECTRA for ``None``, the random-init control), with or without the answerable head."""
+    p = Path(bundle_dir) / "config.json" if bundle_dir is not None else None
+    model_type = json.loads(p.read_text(encoding="utf-8")).get("model_type") if p and p.is_file() else "electra"
     if model_type not in _QA_CLASSES:
         from models.io.errors import DenkiError
 
