@@ -69,7 +69,8 @@ def register_evaluate(sub) -> None:
 def _finetune(args) -> int:
     from models.qa.finetune import finetune_qa
 
-    rep = finetune_qa(model=args.model, init_random=args.init_random, tokenizer_dir=args.tokenizer, train=args.train, dev=args.dev, out=args.out, max_length=args.max_length,
+    rep = finetune_qa(model=args.model, init_random=args.init_random, tokenizer_dir=args.tokenizer,
+                      train=args.train, dev=args.dev, out=args.out, max_length=args.max_length,
                       doc_stride=args.doc_stride, max_answer_length=args.max_answer_length, seeds=args.seeds,
                       seed=args.seed, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                       warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, layer_decay=args.layer_decay,

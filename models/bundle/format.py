@@ -84,6 +84,14 @@ def resolve_bundle(path: str | os.PathLike) -> Path:
     raise DenkiError(f"{p}: not a denki bundle (no {MANIFEST} here or in {p / 'bundle'})" + _import_hint(p))
 
 
+def check_model_source(model, init_random, tokenizer_dir) -> None:
+    """The fine-tuners' two sources: ``--model BUNDLE``, or ``--init-random SIZE --tokenizer DIR`` (the control)."""
+    if (model is None) == (init_random is None):
+        raise DenkiError("give either --model BUNDLE or --init-random SIZE --tokenizer DIR")
+    if init_random is not None and not tokenizer_dir:
+        raise DenkiError("--init-random needs --tokenizer DIR (the vocabulary the random model will use)")
+
+
 def _import_hint(p: Path) -> str:
     if (p / "config.json").is_file():
         return f"; a transformers checkpoint? import it first: denki import --model {p} --out BUNDLE"

@@ -211,7 +211,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
              max_train_examples: int | None = None, baseline: bool = True, command: str | None = None) -> dict:
     """Run ``denki finetune classify``; returns the report dict. Writes ``OUT/bundle`` (kind ``classifier``),
     ``OUT/report.json``, ``OUT/report.md`` and the PNGs."""
-    from models.bundle.format import command_line, read_manifest
+    from models.bundle.format import check_model_source, command_line, read_manifest
     from models.classify.calibration import choose_threshold, fit_min_recall_offsets, fit_temperature, offsets_cost
     from models.classify.evaluate import evaluate_logits, label_indices
     from models.classify.report import write_report
@@ -221,10 +221,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     from models.training.loop import median_index, pick_device
 
     cfg = cfg or FinetuneConfig()
-    if (model is None) == (init_random is None):
-        raise DenkiError("give either --model BUNDLE or --init-random SIZE --tokenizer DIR")
-    if init_random is not None and not tokenizer_dir:
-        raise DenkiError("--init-random needs --tokenizer DIR (the vocabulary the random model will use)")
+    check_model_source(model, init_random, tokenizer_dir)
     if target_precision is not None and target_coverage is not None:
         raise DenkiError("give --target-precision or --target-coverage, not both")
     for name, v in (("--target-precision", target_precision), ("--target-coverage", target_coverage)):

@@ -330,8 +330,9 @@ def write_report(out_dir: Path, report: dict, examples: list[QAExample], results
 
 
 # ------------------------------------------------------------------------------------------------ commands
-def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max_length: int = 384, doc_stride: int = 128,
-                max_answer_length: int = 30, seeds: int = 1, seed: int = 0, epochs: float = 2.0, lr: float = 3e-4,
+def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max_length: int = 384,
+                doc_stride: int = 128, max_answer_length: int = 30, seeds: int = 1, seed: int = 0,
+                epochs: float = 2.0, lr: float = 3e-4,
                 batch_size: int = 32, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
                 layer_decay: float = 1.0, n_best: int = 20, max_train_examples: int | None = None,
                 max_dev_examples: int | None = None, max_steps: int | None = None, strict: bool = False,
@@ -342,7 +343,7 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
     the bundle and its report. Returns the report dict."""
     import torch
 
-    from models.bundle.format import command_line, read_manifest
+    from models.bundle.format import check_model_source, command_line, read_manifest
     from models.training.pretrain_health import warn_if_unlearned
     from models.bundle.pytorch import save_bundle
     from models.text.tokenizer import JapaneseTokenizer
@@ -354,10 +355,7 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
         raise DenkiError("--seeds must be at least 1")
     if max_answer_length < 1:
         raise DenkiError("--max-answer-length must be at least 1")
-    if (model is None) == (init_random is None):
-        raise DenkiError("give either --model BUNDLE or --init-random SIZE --tokenizer DIR")
-    if init_random is not None and not tokenizer_dir:
-        raise DenkiError("--init-random needs --tokenizer DIR (the vocabulary the random model will use)")
+    check_model_source(model, init_random, tokenizer_dir)
     if model is not None:
         src_manifest = read_manifest(model)  # also: a clear error for a non-bundle, early
         health_warning = warn_if_unlearned(src_manifest)
