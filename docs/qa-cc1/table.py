@@ -1,0 +1,31 @@
+"""Print the QA table of docs/results.md's section "--cls-contrast 1 at the top budget (2e14 FLOPs), QA from it, …"
+from the reports copied into docs/ (docs/qa-cc1/*/report.json, and the MLM rows of docs/qa-top/).
+    python docs/qa-cc1/table.py"""
+import json
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parents[1]
+ROWS = [  # (label, report)
+    ("ELECTRA `--lr 1e-3 --cls-contrast 1`, 1e14 FLOPs", DOCS / "qa-cc1/electra-cc1-1e14/report.json"),
+    ("ELECTRA `--lr 1e-3 --cls-contrast 1`, 2e14 FLOPs", DOCS / "qa-cc1/electra-cc1-2e14/report.json"),
+    ("random init (control, `--init-random tiny`)", DOCS / "qa-cc1/random/report.json"),
+    ("*MLM 15 %, 2e14 FLOPs (another machine)*", DOCS / "qa-top/report.json"),
+]
+
+
+def main() -> None:
+    print("| encoder (tiny), QA 1 epoch | best F1 (threshold) | HasAns F1 | NoAns acc | HasAns span F1 (always "
+          "answering) | train loss (end) | train s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for label, path in ROWS:
+        if not path.is_file():
+            print(f"| {label} | — | — | — | — | — | — |")
+            continue
+        r = json.loads(path.read_text(encoding="utf-8"))
+        m, s = r["dev_metrics"], r["seeds"][0]
+        print(f"| {label} | {m['best_f1']:.2f} ({m['best_f1_thresh']:.2f}) | {m['HasAns_f1']:.2f} | "
+              f"{m['NoAns_exact']:.2f} | {m['HasAns_span_f1']:.1f} | {s['final_loss']:.2f} | {s['train_seconds']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
