@@ -438,7 +438,7 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
                 extra_files={"task.json": task, PARITY_SAMPLE: {"format": 1, "examples": jsonable(parity)}})
     bf = [r["dev_metrics"]["best_f1"] for r in runs]
     report = {"kind": "qa-finetune",
-              "source": {"pretrained": str(model)} if model else {"init": "random", "size": init_random}, "command": command_line(),
+              "source": {"pretrained": str(model)} if model else src_manifest, "command": command_line(),
               "pretrained_health_warning": health_warning,
               "settings": settings, "null_threshold": thr, "null_threshold_margin": margin,
               "dev_within_0_1_of_threshold": near, "null_rule": null_rule, "kept_seed": runs[keep]["seed"],
