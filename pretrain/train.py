@@ -478,7 +478,8 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
                                                "attention_probs_dropout_prob": cfg.dropout}
         disc_cfg = electra_config(cfg.size, tok.vocab_size, max_position_embeddings=max(512, cfg.seq_len), **drop)
         gen_cfg = generator_config(disc_cfg, cfg.gen_size) if cfg.objective in RTD_OBJECTIVES else None
-        total_steps = plan_steps(cfg, disc_cfg, gen_cfg, world)
+        # the early plan (tiny ELECTRA's defaults) counted the same FLOPs: dropout does not change them
+        total_steps = planned if planned is not None else plan_steps(cfg, disc_cfg, gen_cfg, world)
         set_seed(cfg.seed)
         model = build_pretrainer(cfg.objective, disc_cfg, gen_cfg, cfg.disc_weight, cfg.mask_prob,
                                  share_embeddings=cfg.share_embeddings).to(device)
