@@ -9,6 +9,7 @@ ROWS = [  # (label, report)
     ("ELECTRA `--lr 1e-3 --cls-contrast 1`, 1e14 FLOPs", DOCS / "qa-cc1/electra-cc1-1e14/report.json"),
     ("ELECTRA `--lr 1e-3 --cls-contrast 1`, 2e14 FLOPs", DOCS / "qa-cc1/electra-cc1-2e14/report.json"),
     ("the same, QA fine-tuning seed 1 (2 threads)", DOCS / "qa-cc1/electra-cc1-2e14-seed1/report.json"),
+    ("the same, QA fine-tuning seed 2", DOCS / "qa-cc1/electra-cc1-2e14-seed2/report.json"),
     ("random init (control, `--init-random tiny`)", DOCS / "qa-cc1/random/report.json"),
     ("*MLM 15 %, 2e14 FLOPs (another machine)*", DOCS / "qa-top/report.json"),
 ]
