@@ -35,7 +35,9 @@ def register_finetune(sub) -> None:
                                                         "(dev best F1) is kept (default 1)")
     p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     p.add_argument("--epochs", type=float, default=2.0, help="epochs (default 2)")
-    p.add_argument("--lr", type=float, default=3e-4, help="peak learning rate (default 3e-4, for tiny models)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="peak learning rate (default by encoder width: 1e-3 tiny (hidden ≤128; it beat 3e-4 on "
+                        "JaQuAD, docs/results.md), 3e-4 small (≤256), 1e-4 base)")
     p.add_argument("--batch-size", type=int, default=32, help="windows per step (default 32)")
     p.add_argument("--warmup-ratio", type=float, default=0.1)
     p.add_argument("--weight-decay", type=float, default=0.01)

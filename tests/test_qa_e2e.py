@@ -51,6 +51,8 @@ def test_finetune_writes_a_verified_qa_bundle_with_task_and_report(qa_bundle):
     assert rep["dev_metrics"]["f1"] == pytest.approx(rep["dev_metrics_threshold0"]["best_f1"])
     assert [s["seed"] for s in rep["seeds"]] == [0, 1] and rep["kept_seed"] in (0, 1)
     assert all(s["steps"] == 12 for s in rep["seeds"])
+    # no --lr: the tiny encoder's default (1e-3, as for the router; 3e-4 lost on JaQuAD), recorded where it was used
+    assert rep["settings"]["lr"] == 1e-3 and all(s["lr"] == 1e-3 for s in rep["seeds"])
     assert set(rep["errors"]) == {"wrong_span", "false_no_answer", "false_answer"}
     for img in ("score_diff_hist.png", "f1_vs_threshold.png"):
         assert (out / img).stat().st_size > 1000
@@ -117,13 +119,14 @@ def test_init_random_control_trains_from_scratch_and_needs_a_tokenizer(tiny_toke
     args = ["finetune", "qa", "--init-random", "tiny", "--train", str(SAMPLE_QA_TRAIN), "--dev", str(SAMPLE_QA_DEV),
             "--out", str(out), "--max-length", "192", "--doc-stride", "64", "--max-steps", "4",
             "--batch-size", "16", "--max-train-examples", "60", "--max-dev-examples", "30", "--no-progress",
-            "--threads", "1"]
+            "--threads", "1", "--lr", "5e-4"]
     assert main(args) == 2  # no vocabulary to build the random model with
     assert "--init-random needs --tokenizer" in capsys.readouterr().err
     assert main(args + ["--tokenizer", str(tiny_tokenizer_dir)]) == 0
     rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert rep["source"] == {"init": "random", "size": "tiny"} and rep["settings"]["init_random"] == "tiny"
     assert rep["pretrained_health_warning"] is None and rep["seeds"][0]["steps"] == 4
+    assert rep["settings"]["lr"] == 5e-4 and rep["seeds"][0]["lr"] == 5e-4  # a given --lr wins over the default
     manifest = verify_bundle(out / "bundle", kinds=("qa",))
     assert manifest["source"]["pretrained"] is None
     assert manifest["source"]["pretrained_source"] == {"init": "random", "size": "tiny"}
@@ -131,3 +134,10 @@ def test_init_random_control_trains_from_scratch_and_needs_a_tokenizer(tiny_toke
     # both sources at once is a usage error (argparse: exit 2)
     with pytest.raises(SystemExit):
         main(args + ["--tokenizer", str(tiny_tokenizer_dir), "--model", str(tmp_path)])
+
+
+def test_fine_tuning_lr_defaults_by_encoder_width():
+    from models.training.defaults import default_layer_decay, default_lr
+
+    assert [default_lr(h) for h in (128, 256, 768)] == [1e-3, 3e-4, 1e-4]  # tiny, small, base
+    assert [default_layer_decay(h) for h in (128, 256, 768)] == [1.0, 0.8, 0.8]

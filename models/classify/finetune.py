@@ -29,14 +29,8 @@ from tqdm.auto import tqdm
 from models.bundle.format import resolve_bundle
 from models.classify.predict import autocast, collate, encode_texts, length_batches, predict_logits
 from models.io.errors import DenkiError
+from models.training.defaults import default_layer_decay, default_lr  # by encoder width, shared with QA
 from models.training.pretrain_health import warn_if_unlearned
-
-# Measured (docs/results.md, "Fine-tuning recipe"): a tiny encoder (hidden 128) at 3e-4 for 5 epochs is far from
-# converged on 2,000 examples (livedoor-title dev macro-F1 0.20 from random init, 0.43 from an ELECTRA checkpoint);
-# 1e-3 for 10 epochs reaches 0.69 / 0.58. ELECTRA-Small keeps the paper's 3e-4 (Table 7).
-DEFAULT_LR_TINY = 1e-3   # hidden ≤ 128
-DEFAULT_LR_SMALL = 3e-4  # ELECTRA-Small (hidden 256)
-DEFAULT_LR_BASE = 1e-4   # ELECTRA-Base
 
 
 @dataclass
@@ -56,19 +50,6 @@ class FinetuneConfig:
     device: str = "auto"
     bf16: bool = True                # autocast on CUDA only
     progress: bool = True
-
-
-def default_layer_decay(hidden_size: int) -> float:
-    """Official ELECTRA decays the LR by 0.8 per layer; on the 4-layer tiny encoder that leaves the embeddings at
-    0.33× the LR, and a tiny pretrained checkpoint fine-tuned worse for it (livedoor titles, one seed: 0.58 vs 0.64
-    at 1.0; random init 0.69 either way; docs/results.md)."""
-    return 1.0 if hidden_size <= 128 else 0.8
-
-
-def default_lr(hidden_size: int) -> float:
-    if hidden_size <= 128:
-        return DEFAULT_LR_TINY
-    return DEFAULT_LR_SMALL if hidden_size <= 256 else DEFAULT_LR_BASE
 
 
 # ----------------------------------------------------------------------------------------------- models

@@ -109,14 +109,15 @@ def golds_of(examples: list[QAExample]) -> dict[str, list[str]]:
     return {ex.id: ex.answer_texts for ex in examples}
 
 
-def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int, epochs: float, lr: float,
+def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int, epochs: float, lr: float | None,
               batch_size: int, warmup_ratio: float = 0.1, weight_decay: float = 0.01, layer_decay: float = 1.0,
               device=None, progress: bool = False, max_steps: int | None = None, answerable_head: bool = False,
               random_size: str | None = None):
     """Fine-tune a fresh ``ElectraForQuestionAnswering`` (``BertForQuestionAnswering`` for a BERT bundle; with
     ``answerable_head``, the subclasses in :mod:`models.qa.heads`) from ``bundle`` on ``features`` — or, with
     ``random_size``, an ELECTRA of that size from random init (``bundle`` is then only the tokenizer); returns
-    ``(model, info)``. Loss = mean of start and end cross-entropy (transformers' head) [+ answerable BCE]."""
+    ``(model, info)``. Loss = mean of start and end cross-entropy (transformers' head) [+ answerable BCE].
+    ``lr`` None → the default for the encoder's width (:func:`models.training.defaults.default_lr`; in info)."""
     import torch
     from tqdm.auto import tqdm
     from transformers.utils import logging as hf_logging
@@ -145,6 +146,10 @@ def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int,
     total = max(1, int(round(steps_per_epoch * epochs)))
     if max_steps:
         total = min(total, max_steps)
+    if lr is None:
+        from models.training.defaults import default_lr
+
+        lr = default_lr(model.config.hidden_size)
     opt = build_optimizer(model, lr, weight_decay=weight_decay, layer_decay=layer_decay)
     sched = warmup_linear_schedule(opt, int(warmup_ratio * total), total)
     rng = np.random.default_rng(seed)
@@ -177,7 +182,7 @@ def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int,
                 print(f"qa: seed {seed} step {step}/{total}, loss {np.mean(losses[-20:]):.3f}, "
                       f"{time.time() - t0:.0f} s", flush=True)
     bar.close()
-    info = {"seed": seed, "steps": step, "train_windows": n, "epochs": epochs,
+    info = {"seed": seed, "steps": step, "train_windows": n, "epochs": epochs, "lr": lr,
             "final_loss": float(np.mean(losses[-20:])), "train_seconds": round(time.time() - t0, 1)}
     return model, info
 
@@ -332,7 +337,7 @@ def write_report(out_dir: Path, report: dict, examples: list[QAExample], results
 # ------------------------------------------------------------------------------------------------ commands
 def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max_length: int = 384,
                 doc_stride: int = 128, max_answer_length: int = 30, seeds: int = 1, seed: int = 0,
-                epochs: float = 2.0, lr: float = 3e-4,
+                epochs: float = 2.0, lr: float | None = None,
                 batch_size: int = 32, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
                 layer_decay: float = 1.0, n_best: int = 20, max_train_examples: int | None = None,
                 max_dev_examples: int | None = None, max_steps: int | None = None, strict: bool = False,
@@ -340,7 +345,8 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
                 progress: bool = True, init_random: str | None = None, tokenizer_dir: str | None = None) -> dict:
     """Fine-tune ``seeds`` models from the pretrained bundle ``model`` (or, with ``init_random`` SIZE and
     ``tokenizer_dir``, from random init: the control), keep the median one, tune the null threshold on dev, write
-    the bundle and its report. Returns the report dict."""
+    the bundle and its report. ``lr`` None → the default for the encoder's width (1e-3 tiny, 3e-4 small, 1e-4 base:
+    :mod:`models.training.defaults`). Returns the report dict."""
     import torch
 
     from models.bundle.format import check_model_source, command_line, read_manifest
@@ -407,7 +413,7 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
     m_t = squad_v2_metrics(golds, res_t, threshold_at=THRESHOLD_AT)
     m_0 = runs[keep]["dev_metrics"]
     settings = {"max_length": max_length, "doc_stride": doc_stride, "max_answer_length": max_answer_length,
-                "n_best": n_best, "epochs": epochs, "lr": lr, "batch_size": batch_size, "warmup_ratio": warmup_ratio,
+                "n_best": n_best, "epochs": epochs, "lr": runs[keep]["lr"], "batch_size": batch_size, "warmup_ratio": warmup_ratio,
                 "weight_decay": weight_decay, "layer_decay": layer_decay, "seeds": seeds, "seed": seed,
                 "max_train_examples": max_train_examples, "max_dev_examples": max_dev_examples,
                 "max_steps": max_steps, "answerable_head": answerable_head, "init_random": init_random,
