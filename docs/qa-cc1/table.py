@@ -1,5 +1,6 @@
 """Print the QA table of docs/results.md's section "--cls-contrast 1 at the top budget (2e14 FLOPs), QA from it, …"
-from the reports copied into docs/ (docs/qa-cc1/*/report.json, and the MLM rows of docs/qa-top/).
+from the reports copied into docs/ (docs/qa-cc1/*/report.json, the MLM 15 % row of docs/qa-top/, the lr row of
+docs/qa-lr/).
     python docs/qa-cc1/table.py"""
 import json
 from pathlib import Path
@@ -11,7 +12,9 @@ ROWS = [  # (label, report)
     ("the same, QA fine-tuning seed 1 (2 threads)", DOCS / "qa-cc1/electra-cc1-2e14-seed1/report.json"),
     ("the same, QA fine-tuning seed 2", DOCS / "qa-cc1/electra-cc1-2e14-seed2/report.json"),
     ("random init (control, `--init-random tiny`)", DOCS / "qa-cc1/random/report.json"),
+    ("MLM 40 % (the tiny default), 2e14 FLOPs", DOCS / "qa-cc1/mlm-m40-2e14/report.json"),
     ("*MLM 15 %, 2e14 FLOPs (another machine)*", DOCS / "qa-top/report.json"),
+    ("ELECTRA cc1 2e14, QA `--lr 3e-4` (seed 0)", DOCS / "qa-lr/electra-cc1-2e14-lr3e-4/report.json"),
 ]
 
 
