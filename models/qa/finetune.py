@@ -24,6 +24,7 @@ from models.qa.data import QAData, QAExample, read_qa
 from models.qa.features import QAFeatures, build_features
 from models.qa.metrics import f1_vs_threshold, max_over_golds, squad_v2_metrics
 from models.qa.postprocess import NO_SPAN, apply_threshold, postprocess_predictions
+from models.training.defaults import default_lr
 
 TASK_FORMAT = 1
 PARITY_SAMPLE = "parity_sample.json"
@@ -147,8 +148,6 @@ def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int,
     if max_steps:
         total = min(total, max_steps)
     if lr is None:
-        from models.training.defaults import default_lr
-
         lr = default_lr(model.config.hidden_size)
     opt = build_optimizer(model, lr, weight_decay=weight_decay, layer_decay=layer_decay)
     sched = warmup_linear_schedule(opt, int(warmup_ratio * total), total)
@@ -413,8 +412,9 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
     m_t = squad_v2_metrics(golds, res_t, threshold_at=THRESHOLD_AT)
     m_0 = runs[keep]["dev_metrics"]
     settings = {"max_length": max_length, "doc_stride": doc_stride, "max_answer_length": max_answer_length,
-                "n_best": n_best, "epochs": epochs, "lr": runs[keep]["lr"], "batch_size": batch_size, "warmup_ratio": warmup_ratio,
-                "weight_decay": weight_decay, "layer_decay": layer_decay, "seeds": seeds, "seed": seed,
+                "n_best": n_best, "epochs": epochs, "lr": runs[keep]["lr"], "batch_size": batch_size,
+                "warmup_ratio": warmup_ratio, "weight_decay": weight_decay, "layer_decay": layer_decay,
+                "seeds": seeds, "seed": seed,
                 "max_train_examples": max_train_examples, "max_dev_examples": max_dev_examples,
                 "max_steps": max_steps, "answerable_head": answerable_head, "init_random": init_random,
                 "device": str(dev_t),

@@ -7,7 +7,8 @@ from __future__ import annotations
 # Measured (docs/results.md, "Fine-tuning recipe"): a tiny encoder (hidden 128) at 3e-4 for 5 epochs is far from
 # converged on 2,000 examples (livedoor-title dev macro-F1 0.20 from random init, 0.43 from an ELECTRA checkpoint);
 # 1e-3 for 10 epochs reaches 0.69 / 0.58. On QA (all of jaquad_train, 1 epoch, the 2e14 ELECTRA encoder) 1e-3 also
-# beat 3e-4 (docs/results.md, "QA fine-tuning lr"). ELECTRA-Small keeps the paper's 3e-4 (Table 7), Base 1e-4.
+# beat 3e-4 (docs/results.md, "QA: … and the QA fine-tuning lr"). ELECTRA-Small keeps the paper's 3e-4 (Table 7),
+# Base 1e-4.
 DEFAULT_LR_TINY = 1e-3   # hidden ≤ 128
 DEFAULT_LR_SMALL = 3e-4  # ELECTRA-Small (hidden 256)
 DEFAULT_LR_BASE = 1e-4   # ELECTRA-Base
