@@ -51,8 +51,9 @@ def register_finetune(sub) -> None:
     p.add_argument("--warmup-ratio", type=float, default=0.1)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-length", type=int, default=128, help="tokens per text, [CLS]/[SEP] included")
-    p.add_argument("--class-weights", choices=("none", "balanced"), default="none",
-                   help="balanced: loss weights n/(K·n_k) for imbalanced labels")
+    p.add_argument("--class-weights", choices=("none", "balanced", "auto"), default="auto",
+                   help="balanced: loss weights n/(K·n_k); auto: balanced when the most frequent label has ≥ 10× "
+                        "the rarest's training examples, else none (measured in docs/results.md)")
     grp = p.add_mutually_exclusive_group()
     grp.add_argument("--target-precision", type=float, default=None,
                      help="abstain below the confidence that gives this accuracy on the routed part of dev")

@@ -43,6 +43,10 @@ def register(sub) -> None:
                         "classify 10 with early stopping, QA 2)")
     e.add_argument("--lr", type=float, default=None, help="fine-tuning LR (default: the fine-tuners' own)")
     e.add_argument("--max-length", type=int, default=128, help="classification max tokens")
+    e.add_argument("--class-weights", choices=("none", "balanced", "auto"), default="none",
+                   help="classification loss weights, as `denki finetune classify --class-weights`; none (the "
+                        "loss of every experiment table in docs/results.md) keeps the encoders' comparisons "
+                        "with those tables")
     e.add_argument("--qa-max-length", type=int, default=256, help="QA window length")
     e.add_argument("--qa-doc-stride", type=int, default=None, help="QA window stride (default: half the window)")
     e.add_argument("--batch-size", type=int, default=32, help="pretraining sequences per step")
@@ -99,7 +103,8 @@ def cmd_electra_vs_mlm(args) -> int:
         pretrain_seed=args.pretrain_seed, objectives=_objectives(args.objectives), disc_weight=args.disc_weight,
         embeddings=args.embeddings, pretrain_dropout=args.pretrain_dropout, mask_prob=args.mask_prob,
         random_init=not args.no_random_init, electra15=args.electra15, epochs=args.epochs, lr=args.lr,
-        max_length=args.max_length, qa_max_length=args.qa_max_length, qa_doc_stride=args.qa_doc_stride,
+        max_length=args.max_length, class_weights=args.class_weights, qa_max_length=args.qa_max_length,
+        qa_doc_stride=args.qa_doc_stride,
         max_train=args.max_train or None, max_dev=args.max_dev or None, keep_finetuned=args.keep_finetuned,
         device=args.device, threads=args.threads, cache_dir=args.cache_dir, progress=not args.no_progress)
     run_experiment(cfg)

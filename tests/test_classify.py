@@ -59,6 +59,9 @@ def test_finetune_writes_bundle_report_and_pngs(finetuned):
     assert len(parity["texts"]) == len(parity["labels"]) == len(parity["logits"]) == 80
     report = json.loads((finetuned / "report.json").read_text(encoding="utf-8"))
     assert len(report["seeds"]) == 2 and report["seed_summary"]["chosen_seed"] in (0, 1)
+    # --class-weights auto on a split with about as many examples per route: no weights
+    assert report["config"]["class_weights_requested"] == "auto" and report["config"]["class_weights"] == "none"
+    assert report["config"]["label_count_ratio"] < 10
     assert report["baseline"]["settings"]["ngram_range"] == [1, 3]
     assert {"accuracy", "macro_f1", "per_class", "ece", "ece_uncalibrated", "abstain_rate"} <= set(report["dev"])
     assert {"accuracy", "macro_f1", "per_class", "ece", "train_seconds"} <= set(report["baseline"])
@@ -133,6 +136,40 @@ def test_random_init_from_csv_and_gz(split, tiny_tokenizer_dir, tmp_path):
     report = json.loads((tmp_path / "rand" / "report.json").read_text(encoding="utf-8"))
     assert report["model"] == {"init": "random", "size": "tiny"} and report["baseline"] is None
     assert report["dev"]["abstain_rate"] == pytest.approx(0.2, abs=0.05)
+
+
+@pytest.mark.parametrize("mode,counts,want", [
+    ("auto", [987, 410, 293, 278, 25, 7], "balanced"),  # jaquad-qtype's experiment sample: ratio 141
+    ("auto", [254, 251, 123], "none"),                   # livedoor-title's: ratio 2.1
+    ("auto", [10, 1], "balanced"),                       # exactly the threshold
+    ("none", [100, 1], "none"), ("balanced", [5, 5], "balanced"),
+])
+def test_resolve_class_weights(mode, counts, want):
+    from models.classify.finetune import resolve_class_weights
+
+    got, ratio = resolve_class_weights(mode, np.array(counts))
+    assert got == want and ratio == pytest.approx(max(counts) / min(counts))
+
+
+def test_auto_class_weights_balance_a_skewed_split(split, pretrained, tmp_path, capsys):
+    """A route with under a tenth of the others' examples turns the balanced loss on, and the report says so."""
+    rows = [json.loads(x) for x in (split / "train.jsonl").read_text(encoding="utf-8").splitlines()]
+    kept, seen = [], 0
+    for r in rows:  # keep 3 of the ~37 原因の確認 training rows
+        if r["label"] == CAUSE:
+            seen += 1
+            if seen > 3:
+                continue
+        kept.append(r)
+    train = _jsonl(tmp_path / "train.jsonl", kept)
+    rc = main(["finetune", "classify", "--model", str(pretrained), "--train", str(train),
+               "--dev", str(split / "dev.jsonl"), "--out", str(tmp_path / "run"), "--no-baseline",
+               *FT[:1], "1", *FT[2:]])
+    assert rc == 0
+    assert "class weights: balanced (--class-weights auto" in capsys.readouterr().out
+    cfg = json.loads((tmp_path / "run" / "report.json").read_text(encoding="utf-8"))["config"]
+    assert cfg["class_weights"] == "balanced" and cfg["class_weights_requested"] == "auto"
+    assert cfg["label_count_ratio"] >= 10
 
 
 def _jsonl(path, rows):

@@ -1,6 +1,7 @@
 """Collect the --cls-contrast follow-up at 1e14 FLOPs (docs/clscontrast1e14/run.sh with SKIP=0: pretraining seeds
 0–2 at weight 1, and the weights 0.3 and 3 at seed 0; docs/cc1e14/run.sh: lr 3e-4, lr 5e-4 and a ⅛-width generator with
-weight 1, lr 1e-3 and 3e-4 at 3e13 FLOPs (BUDGET=3e13) and lr 1e-3 at 2e14 (BUDGET=2e14); the random-init control; all on one machine) into
+weight 1, lr 1e-3 and 3e-4 at 3e13 FLOPs (BUDGET=3e13) and lr 1e-3 at 2e14 (BUDGET=2e14; seeds 0 and 1), electra-mlm and
+batch 16; the random-init control; all on one machine) into
 docs/cc1e14/ (report.md|json, fine-tuning reports, pretraining summaries and metrics).
     python docs/cc1e14/summarize.py        (reads runs/hybrid; missing cells are shown as "—")"""
 import sys
@@ -26,6 +27,12 @@ ENCODERS = [  # (name, pretraining run dirs whose summaries are kept, fine-tunin
      "ft-electra-cc1-g8-1e14"),
     ("ELECTRA --cls-contrast 1, lr 1e-3, at 2e14 FLOPs (the top budget)", ["electra-cc1-lr1e3-2e14"],
      "ft-electra-cc1-lr1e3-2e14"),
+    ("ELECTRA --cls-contrast 1, lr 1e-3, at 2e14 FLOPs, pretraining seed 1", ["electra-cc1-lr1e3s1-2e14"],
+     "ft-electra-cc1-lr1e3s1-2e14"),
+    ("ELECTRA --cls-contrast 1 --objective electra-mlm (the corrective MLM too)", ["electra-cc1-emlm-1e14"],
+     "ft-electra-cc1-emlm-1e14"),
+    ("ELECTRA --cls-contrast 1 --batch-size 16 --lr 7e-4 (twice the steps)", ["electra-cc1-b16-1e14"],
+     "ft-electra-cc1-b16-1e14"),
 ]
 
 if __name__ == "__main__":

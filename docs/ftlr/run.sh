@@ -12,7 +12,7 @@ D=runs/evm2e14/data
 one() {  # $1 core, $2 task, $3 text field, $4 lr
   [ -f runs/ftlr/$2-lr$4/report.json ] || taskset -c $1 .venv/bin/denki finetune classify --model $B \
     --train $D/$2/train.jsonl --dev $D/$2/dev.jsonl --text-field $3 --max-length 128 --seeds 3 --lr $4 \
-    --threads 1 --no-baseline --no-progress --out runs/ftlr/$2-lr$4 > runs/ftlr/$2-lr$4.log 2>&1
+    --threads 1 --no-baseline --no-progress --class-weights none --out runs/ftlr/$2-lr$4 > runs/ftlr/$2-lr$4.log 2>&1
 }
 mkdir -p runs/ftlr
 for lr in "$@"; do

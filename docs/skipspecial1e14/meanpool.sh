@@ -11,7 +11,7 @@ for name in "$@"; do
     task=${tf%%:*} field=${tf##*:} out=$R/meanpool-$name-$task
     [ -f $out/report.json ] || taskset -c ${CORE:-0} .venv/bin/python docs/skipspecial1e14/meanpool.py finetune classify \
       $model --train runs/evm2e14/data/$task/train.jsonl --dev runs/evm2e14/data/$task/dev.jsonl --text-field $field \
-      --max-length 128 --seeds 3 --threads 1 --no-baseline --no-progress --out $out > $out.log 2>&1
+      --max-length 128 --seeds 3 --threads 1 --no-baseline --no-progress --class-weights none --out $out > $out.log 2>&1
     echo "$out: $(grep -m1 'plain argmax' $out.log)"
   done
 done

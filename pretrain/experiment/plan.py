@@ -116,6 +116,7 @@ class ExperimentConfig:
     epochs: float | None = None      # None: the fine-tuners' own defaults (classify 10, QA 2)
     lr: float | None = None          # None: each fine-tuner's default (3e-4 for tiny encoders)
     max_length: int = 128            # classification
+    class_weights: str = "none"      # classification loss (resolve_class_weights); none = the published tables' loss
     qa_max_length: int = 256
     qa_doc_stride: int | None = None  # None: half the window
     max_train: int | None = 2000
@@ -132,7 +133,8 @@ class ExperimentConfig:
         return {"size": self.size, "batch_size": self.batch_size, "seq_len": self.seq_len,
                 "pretrain_lr": self.pretrain_lr, "pretrain_seed": self.pretrain_seed, "epochs": self.epochs,
                 "lr": self.lr, "max_length": self.max_length, "qa_max_length": self.qa_max_length,
-                "qa_doc_stride": self.qa_doc_stride, "max_train": self.max_train, "max_dev": self.max_dev}
+                "qa_doc_stride": self.qa_doc_stride, "max_train": self.max_train, "max_dev": self.max_dev,
+                "class_weights": self.class_weights}
 
 
 def parse_budgets(text: str) -> list[float]:

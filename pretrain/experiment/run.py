@@ -106,7 +106,7 @@ def _finetune_stage(cfg: ExperimentConfig, model: Model, task: TaskSpec, seed: i
 
         ep = {} if cfg.epochs is None else {"epochs": int(max(1, round(cfg.epochs)))}
         fc = FinetuneConfig(max_length=cfg.max_length, seeds=[seed], device=cfg.device, progress=cfg.progress,
-                            lr=cfg.lr, **ep)
+                            lr=cfg.lr, class_weights=cfg.class_weights, **ep)
         rep = finetune(train_path=task.train, dev_path=task.dev, out_dir=str(d), model=str(model.bundle),
                        text_field=task.text_field, label_field=task.label_field, cfg=fc, baseline=False)
         s = rep["seeds"][0]
@@ -145,6 +145,8 @@ def _check_settings(out: Path, cfg: ExperimentConfig) -> None:
     ident = cfg.finetune_identity()
     if p.is_file():
         old = json.loads(p.read_text(encoding="utf-8")).get("identity")
+        if old is not None:  # experiments made before --class-weights existed fine-tuned without weights
+            old = {"class_weights": "none", **old}
         if old is not None and old != ident:
             diff = {k: (old.get(k), v) for k, v in ident.items() if old.get(k) != v}
             raise DenkiError(f"{out} holds an experiment with other settings {diff} (old, new); cached results "
