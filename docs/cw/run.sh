@@ -22,6 +22,7 @@ run random --init-random tiny --tokenizer runs/tok8k
 run electra-cc1-2e14 --model runs/hybrid/electra-cc1-lr1e3-2e14/bundle
 run mlm-m40-2e14 --model runs/top/mlm-m40-2e14/bundle
 run electra-cc1-1e14 --model runs/hybrid/electra-cc1-1e14/bundle
-[ "$task" = jaquad-qtype ] || exit 0  # the pretraining seeds 1 and 2 at 1e14: the imbalanced task only
+[ "$task" = jaquad-qtype ] || exit 0  # more pretraining seeds: the imbalanced task only
 run electra-cc1-1e14-s1 --model runs/hybrid/electra-cc1-1e14-s1/bundle
 run electra-cc1-1e14-s2 --model runs/hybrid/electra-cc1-1e14-s2/bundle
+run electra-cc1-lr1e3s1-2e14 --model runs/hybrid/electra-cc1-lr1e3s1-2e14/bundle  # BUDGET=2e14 … run.sh lr1e3s1 --seed 1

@@ -12,6 +12,10 @@ ENCODERS = [  # (label, name in runs/cw, unweighted fine-tuning dir prefix, pret
     ("random init", "random", "runs/hybrid/ft-random", None),
     ("ELECTRA --cls-contrast 1, 1e14, pretraining seed 0", "electra-cc1-1e14", "runs/hybrid/ft-electra-cc1-1e14",
      "runs/hybrid/electra-cc1-1e14"),
+    ("ELECTRA --cls-contrast 1, 1e14, pretraining seed 1", "electra-cc1-1e14-s1",
+     "runs/hybrid/ft-electra-cc1-1e14-s1", "runs/hybrid/electra-cc1-1e14-s1"),
+    ("ELECTRA --cls-contrast 1, 1e14, pretraining seed 2", "electra-cc1-1e14-s2",
+     "runs/hybrid/ft-electra-cc1-1e14-s2", "runs/hybrid/electra-cc1-1e14-s2"),
     ("ELECTRA --cls-contrast 1, 2e14, pretraining seed 0", "electra-cc1-2e14",
      "runs/hybrid/ft-electra-cc1-lr1e3-2e14", "runs/hybrid/electra-cc1-lr1e3-2e14"),
     ("ELECTRA --cls-contrast 1, 2e14, pretraining seed 1", "electra-cc1-lr1e3s1-2e14",
@@ -52,12 +56,15 @@ def main() -> int:
                 c = row[f"{t}/{w}"]
                 if c is not None and c["class_weights"] not in (w, None):
                     sys.exit(f"{label} {t}: the report says class_weights {c['class_weights']}, expected {w}")
-            src = ROOT / f"runs/cw/{name}-{t}"
-            if (src / "report.json").is_file():
-                dst = OUT / f"{name}-{t}"
-                dst.mkdir(exist_ok=True)
-                for f in ("report.json", "report.md"):
-                    shutil.copy(src / f, dst / f)
+            # the balanced reports, and the unweighted ones that no other docs/ folder keeps (runs/top)
+            pairs = [(ROOT / f"runs/cw/{name}-{t}", OUT / f"{name}-{t}")]
+            if prefix.startswith("runs/top"):  # runs/hybrid's unweighted reports are in docs/cc1e14 already
+                pairs.append((ROOT / f"{prefix}-{t}", OUT / f"{name}-{t}-none"))
+            for src, dst in pairs:
+                if (src / "report.json").is_file():
+                    dst.mkdir(exist_ok=True)
+                    for f in ("report.json", "report.md"):
+                        shutil.copy(src / f, dst / f)
         rows.append(row)
         lines.append(f"| {label} | {fmt(row['jaquad-qtype/none'])} | {fmt(row['jaquad-qtype/balanced'])} | "
                      f"{fmt(row['livedoor-title/none'])} | {fmt(row['livedoor-title/balanced'])} |")
