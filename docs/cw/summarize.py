@@ -8,21 +8,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).resolve().parent
-ENCODERS = [  # (label, name in runs/cw, unweighted fine-tuning dir prefix, pretraining summary)
-    ("random init", "random", "runs/hybrid/ft-random", None),
-    ("ELECTRA --cls-contrast 1, 1e14, pretraining seed 0", "electra-cc1-1e14", "runs/hybrid/ft-electra-cc1-1e14",
-     "runs/hybrid/electra-cc1-1e14"),
+ENCODERS = [  # (label, name in runs/cw, unweighted fine-tuning dir prefix)
+    ("random init", "random", "runs/hybrid/ft-random"),
+    ("ELECTRA --cls-contrast 1, 1e14, pretraining seed 0", "electra-cc1-1e14", "runs/hybrid/ft-electra-cc1-1e14"),
     ("ELECTRA --cls-contrast 1, 1e14, pretraining seed 1", "electra-cc1-1e14-s1",
-     "runs/hybrid/ft-electra-cc1-1e14-s1", "runs/hybrid/electra-cc1-1e14-s1"),
+     "runs/hybrid/ft-electra-cc1-1e14-s1"),
     ("ELECTRA --cls-contrast 1, 1e14, pretraining seed 2", "electra-cc1-1e14-s2",
-     "runs/hybrid/ft-electra-cc1-1e14-s2", "runs/hybrid/electra-cc1-1e14-s2"),
+     "runs/hybrid/ft-electra-cc1-1e14-s2"),
     ("ELECTRA --cls-contrast 1, 2e14, pretraining seed 0", "electra-cc1-2e14",
-     "runs/hybrid/ft-electra-cc1-lr1e3-2e14", "runs/hybrid/electra-cc1-lr1e3-2e14"),
+     "runs/hybrid/ft-electra-cc1-lr1e3-2e14"),
     ("ELECTRA --cls-contrast 1, 2e14, pretraining seed 1", "electra-cc1-lr1e3s1-2e14",
-     "runs/hybrid/ft-electra-cc1-lr1e3s1-2e14", "runs/hybrid/electra-cc1-lr1e3s1-2e14"),
+     "runs/hybrid/ft-electra-cc1-lr1e3s1-2e14"),
     ("ELECTRA --cls-contrast 1 --batch-size 16 --lr 7e-4, 1e14", "electra-cc1-b16-1e14",
-     "runs/hybrid/ft-electra-cc1-b16-1e14", "runs/hybrid/electra-cc1-b16-1e14"),
-    ("MLM 40 % (the tiny default), 2e14", "mlm-m40-2e14", "runs/top/ft-mlm-m40-2e14", "runs/top/mlm-m40-2e14"),
+     "runs/hybrid/ft-electra-cc1-b16-1e14"),
+    ("MLM 40 % (the tiny default), 2e14", "mlm-m40-2e14", "runs/top/ft-mlm-m40-2e14"),
 ]
 TASKS = ["jaquad-qtype", "livedoor-title"]
 
@@ -47,7 +46,7 @@ def fmt(c):
 def main() -> int:
     rows, lines = [], ["| encoder (tiny) | jaquad-qtype, none | jaquad-qtype, **balanced** | livedoor-title, none | "
                        "livedoor-title, balanced |", "|---|---|---|---|---|"]
-    for label, name, prefix, _ in ENCODERS:
+    for label, name, prefix in ENCODERS:
         row = {"encoder": label}
         for t in TASKS:
             row[f"{t}/none"] = cell(Path(f"{prefix}-{t}"))

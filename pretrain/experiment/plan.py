@@ -114,7 +114,7 @@ class ExperimentConfig:
     pretrain_dropout: float | None = None  # None: the preset's 0.1 (applies to every objective)
     # fine-tuning
     epochs: float | None = None      # None: the fine-tuners' own defaults (classify 10, QA 2)
-    lr: float | None = None          # None: each fine-tuner's default (3e-4 for tiny encoders)
+    lr: float | None = None          # None: each fine-tuner's default (by width: models.training.defaults)
     max_length: int = 128            # classification
     class_weights: str = "none"      # classification loss (resolve_class_weights); none = the published tables' loss
     qa_max_length: int = 256
