@@ -12,6 +12,7 @@ CORE=${CORE:-1}; task=$1; field=$2; shift 2
 mkdir -p runs/cw
 run() {  # run NAME MODEL_OPTIONS...
   local out=runs/cw/$1-$task; shift
+  if [ "$1" = --model ] && [ ! -f "$2/manifest.json" ]; then echo "$out: no bundle $2 on this machine, skipped"; return; fi
   [ -f $out/report.json ] || taskset -c $CORE .venv/bin/denki finetune classify "$@" \
     --train runs/evm2e14/data/$task/train.jsonl --dev runs/evm2e14/data/$task/dev.jsonl --text-field $field \
     --max-length 128 --seeds 3 --threads 1 --no-baseline --no-progress --class-weights balanced \
@@ -26,3 +27,5 @@ run electra-cc1-1e14 --model runs/hybrid/electra-cc1-1e14/bundle
 run electra-cc1-1e14-s1 --model runs/hybrid/electra-cc1-1e14-s1/bundle
 run electra-cc1-1e14-s2 --model runs/hybrid/electra-cc1-1e14-s2/bundle
 run electra-cc1-lr1e3s1-2e14 --model runs/hybrid/electra-cc1-lr1e3s1-2e14/bundle  # BUDGET=2e14 … run.sh lr1e3s1 --seed 1
+run electra-cc1-lr1e3s2-2e14 --model runs/hybrid/electra-cc1-lr1e3s2-2e14/bundle  # BUDGET=2e14 … run.sh lr1e3s2 --seed 2
+run mlm-m40-2e14-s1 --model runs/top/mlm-m40-2e14-s1/bundle                      # SEED=1 bash docs/top2e14/m40.sh

@@ -1,6 +1,7 @@
 """Collect the two-stage experiment's outputs (docs/twostage/run.sh) into docs/twostage/: report.md, report.json,
 each fine-tuning report and each pretraining run's summary.json and metrics.jsonl.
     python docs/twostage/summarize.py            (reads runs/twostage; missing cells are shown as "—")
+A run no longer in runs/ (a new machine) is read from the copies kept here by an earlier summarize.
 Other experiments call :func:`summarize` with their own run folder, output folder and rows (docs/hybrid1e14)."""
 import json
 import shutil
@@ -18,11 +19,16 @@ ENCODERS = [  # (name, pretraining run dirs whose summaries are kept, fine-tunin
 
 
 def cell(prefix, task, R=R, OUT=OUT):
-    p = R / f"{prefix}-{task}" / "report.json"
-    if prefix is None or not p.is_file():
+    if prefix is None:
+        return None
+    p, kept = R / f"{prefix}-{task}" / "report.json", OUT / f"{prefix}-{task}.json"
+    if p.is_file():
+        shutil.copyfile(p, kept)
+    elif kept.is_file():  # runs/ is gone (a new machine): the copy kept in docs/ by an earlier summarize
+        p = kept
+    else:
         return None
     rep = json.loads(p.read_text(encoding="utf-8"))
-    shutil.copyfile(p, OUT / f"{prefix}-{task}.json")
     s = rep["seed_summary"]
     return {"median": s["macro_f1_median"], "min": s["macro_f1_min"], "max": s["macro_f1_max"], "sd": s["macro_f1_std"],
             "seeds": [x["macro_f1"] for x in rep["seeds"]]}
@@ -30,15 +36,16 @@ def cell(prefix, task, R=R, OUT=OUT):
 
 def pretrain_summary(run, R=R, OUT=OUT):
     d = R / run
-    if not (d / "metrics.jsonl").is_file():
+    metrics, summ = OUT / f"{run}.metrics.jsonl", OUT / f"{run}.summary.json"
+    if (d / "metrics.jsonl").is_file():
+        shutil.copyfile(d / "metrics.jsonl", metrics)
+        if (d / "summary.json").is_file():  # written when the run finished
+            shutil.copyfile(d / "summary.json", summ)
+    elif not metrics.is_file():  # neither the run nor an earlier summarize's copy in docs/
         return None
-    shutil.copyfile(d / "metrics.jsonl", OUT / f"{run}.metrics.jsonl")
-    rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
     last = rows[-1]
-    summary = {}
-    if (d / "summary.json").is_file():  # written when the run finished
-        shutil.copyfile(d / "summary.json", OUT / f"{run}.summary.json")
-        summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+    summary = json.loads(summ.read_text(encoding="utf-8")) if summ.is_file() else {}
     probe = summary.get("diagnostics") or {}
     return {"finished": bool(summary.get("finished")), "steps": last["step"], "flops": last["flops"],
             "total_flops": summary.get("total_flops"), "gen_acc": last.get("gen_acc"),

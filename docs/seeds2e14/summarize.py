@@ -1,0 +1,140 @@
+"""The top CPU budget (2e14 FLOPs) over pretraining seeds: tiny ELECTRA --cls-contrast 1 (seeds 0, 1, 2) and MLM 40 %
+(seeds 0, 1) against random init, on both routing tasks, plus jaquad-qtype scored on its full dev file
+(docs/qtypefull/run.sh). Earlier machines' cells are read from the copies kept in docs/ (docs/cc1e14, docs/cw,
+docs/top2e14/m40); this machine's from runs/, copied here. Writes docs/seeds2e14/report.md|json.
+    python docs/seeds2e14/summarize.py        (missing cells are shown as "—")"""
+import json
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+ROOT, OUT = Path(__file__).resolve().parents[2], Path(__file__).resolve().parent
+H, CW, QF = "runs/hybrid", "runs/cw", "runs/qtypefull"
+COLS = ["livedoor-title", "jaquad-qtype none", "jaquad-qtype balanced", "full dev none", "full dev balanced"]
+# (encoder, pretraining seed, machine, pretraining metrics/summary stem candidates, {column: report candidates});
+# a runs/ candidate is copied to OUT/<key>.json, so the next machine reads the copy
+A, B = "A (earlier: AMX)", "B (this session: no AMX)"
+ROWS = [
+    ("random init", "–", A, [], {
+        "livedoor-title": ["docs/cc1e14/ft-random-livedoor-title.json"],
+        "jaquad-qtype none": ["docs/cc1e14/ft-random-jaquad-qtype.json"],
+        "jaquad-qtype balanced": ["docs/cw/random-jaquad-qtype/report.json"]}),
+    ("random init", "–", B, [], {
+        "livedoor-title": [f"{H}/ft-random-livedoor-title/report.json"],
+        "jaquad-qtype none": [f"{H}/ft-random-jaquad-qtype/report.json"],
+        "jaquad-qtype balanced": [f"{CW}/random-jaquad-qtype/report.json"],
+        "full dev none": [f"{QF}/random-none/report.json"],
+        "full dev balanced": [f"{QF}/random-balanced/report.json"]}),
+    ("ELECTRA --cls-contrast 1", "0", A, ["docs/cc1e14/electra-cc1-lr1e3-2e14"], {
+        "livedoor-title": ["docs/cc1e14/ft-electra-cc1-lr1e3-2e14-livedoor-title.json"],
+        "jaquad-qtype none": ["docs/cc1e14/ft-electra-cc1-lr1e3-2e14-jaquad-qtype.json"],
+        "jaquad-qtype balanced": ["docs/cw/electra-cc1-2e14-jaquad-qtype/report.json"]}),
+    ("ELECTRA --cls-contrast 1", "1", A, ["docs/cc1e14/electra-cc1-lr1e3s1-2e14"], {
+        "livedoor-title": ["docs/cc1e14/ft-electra-cc1-lr1e3s1-2e14-livedoor-title.json"],
+        "jaquad-qtype none": ["docs/cc1e14/ft-electra-cc1-lr1e3s1-2e14-jaquad-qtype.json"],
+        "jaquad-qtype balanced": ["docs/cw/electra-cc1-lr1e3s1-2e14-jaquad-qtype/report.json"]}),
+    ("ELECTRA --cls-contrast 1", "2", B, [f"{H}/electra-cc1-lr1e3s2-2e14"], {
+        "livedoor-title": [f"{H}/ft-electra-cc1-lr1e3s2-2e14-livedoor-title/report.json"],
+        "jaquad-qtype none": [f"{H}/ft-electra-cc1-lr1e3s2-2e14-jaquad-qtype/report.json"],
+        "jaquad-qtype balanced": [f"{CW}/electra-cc1-lr1e3s2-2e14-jaquad-qtype/report.json"],
+        "full dev none": [f"{QF}/electra-cc1-2e14-s2-none/report.json"],
+        "full dev balanced": [f"{QF}/electra-cc1-2e14-s2-balanced/report.json"]}),
+    ("MLM 40 %", "0", A, ["docs/top2e14/m40/mlm-m40-2e14"], {
+        "livedoor-title": ["docs/cw/mlm-m40-2e14-livedoor-title-none/report.json"],
+        "jaquad-qtype none": ["docs/cw/mlm-m40-2e14-jaquad-qtype-none/report.json"],
+        "jaquad-qtype balanced": ["docs/cw/mlm-m40-2e14-jaquad-qtype/report.json"]}),
+    ("MLM 40 %", "1", B, ["runs/top/mlm-m40-2e14-s1"], {
+        "livedoor-title": ["runs/top/ft-mlm-m40-2e14-s1-livedoor-title/report.json"],
+        "jaquad-qtype none": ["runs/top/ft-mlm-m40-2e14-s1-jaquad-qtype/report.json"],
+        "jaquad-qtype balanced": [f"{CW}/mlm-m40-2e14-s1-jaquad-qtype/report.json"],
+        "full dev none": [f"{QF}/mlm-m40-2e14-s1-none/report.json"],
+        "full dev balanced": [f"{QF}/mlm-m40-2e14-s1-balanced/report.json"]}),
+]
+
+
+def kept(src: str) -> Path:
+    """Where a runs/ file is copied: OUT/<its path below runs/, '/' → '__'>."""
+    return OUT / src.removeprefix("runs/").replace("/", "__")
+
+
+def find(candidates: list[str]) -> Path | None:
+    for c in candidates:
+        p = ROOT / c
+        if p.is_file():
+            if c.startswith("runs/"):
+                shutil.copyfile(p, kept(c))
+            return p
+        if c.startswith("runs/") and kept(c).is_file():
+            return kept(c)
+    return None
+
+
+def cell(candidates: list[str]):
+    p = find(candidates)
+    if p is None:
+        return None
+    r = json.loads(p.read_text(encoding="utf-8"))
+    s = r["seed_summary"]
+    return {"median": s["macro_f1_median"], "min": s["macro_f1_min"], "max": s["macro_f1_max"],
+            "seeds": [x["macro_f1"] for x in r["seeds"]], "class_weights": r["config"].get("class_weights"),
+            "dev_n": sum(v.get("support", 0) for v in r["dev"]["per_class"].values()),
+            "rare_f1": {k: v["f1"] for k, v in r["dev"]["per_class"].items() if k in ("Cause", "Manner")},
+            "source": str(p.relative_to(ROOT))}
+
+
+def pretraining(stems: list[str]):
+    m = find([f"{s}.metrics.jsonl" if s.startswith("docs/") else f"{s}/metrics.jsonl" for s in stems])
+    if m is None:
+        return None
+    last = [json.loads(x) for x in m.read_text(encoding="utf-8").splitlines() if x.strip()][-1]
+    sm = find([f"{s}.summary.json" if s.startswith("docs/") else f"{s}/summary.json" for s in stems])
+    summary = json.loads(sm.read_text(encoding="utf-8")) if sm else {}
+    d = summary.get("diagnostics") or {}
+    return {"steps": last["step"], "flops": last["flops"], "acc": last.get("gen_acc", last.get("mlm_acc")),
+            "disc_recall": last.get("disc_recall"), "disc_auc": d.get("disc_auc"), "cls_spread": d.get("cls_spread"),
+            "wall_s": summary.get("wall_s")}
+
+
+def fmt(c):
+    return "—" if c is None else f"{c['median']:.3f} ({c['min']:.3f}–{c['max']:.3f})"
+
+
+def main() -> int:
+    f3 = lambda x: "–" if x is None else f"{x:.3f}"  # noqa: E731
+    lines = ["| encoder (tiny, 2e14) | pretraining seed | machine | steps | gen / MLM acc | disc recall, AUC | "
+             "[CLS] spread | " + " | ".join(COLS) + " |", "|---|---|---|---:|---:|---|---:|" + "---|" * len(COLS)]
+    rows = []
+    for enc, seed, machine, stems, cols in ROWS:
+        p = pretraining(stems) if stems else None
+        cells = {c: cell(cols.get(c, [])) for c in COLS}
+        rows.append({"encoder": enc, "pretraining_seed": seed, "machine": machine, "pretraining": p, "cells": cells})
+        p = p or {}
+        disc = "–" if p.get("disc_recall") is None else f"{p['disc_recall']:.3f}, {f3(p.get('disc_auc'))}"
+        lines.append(f"| {enc} | {seed} | {machine} | {p.get('steps', '–')} | {f3(p.get('acc'))} | {disc} | "
+                     f"{f3(p.get('cls_spread'))} | " + " | ".join(fmt(cells[c]) for c in COLS) + " |")
+    # the mean over pretraining seeds of each encoder's medians (what a user gets from one pretraining, on average)
+    means = ["", "| encoder | pretraining seeds | " + " | ".join(COLS) + " |", "|---|---:|" + "---|" * len(COLS)]
+    summary = {}
+    for enc in dict.fromkeys(r["encoder"] for r in rows):
+        mine = [r for r in rows if r["encoder"] == enc]
+        row = {}
+        for c in COLS:
+            v = [r["cells"][c]["median"] for r in mine if r["cells"][c]]
+            row[c] = {"mean": statistics.fmean(v), "n": len(v), "values": v} if v else None
+        summary[enc] = row
+        means.append(f"| {enc} (mean of medians) | {len(mine) if enc != 'random init' else '– (2 machines)'} | " +
+                     " | ".join("—" if row[c] is None else f"{row[c]['mean']:.3f} (n={row[c]['n']})" for c in COLS)
+                     + " |")
+    (OUT / "report.json").write_text(json.dumps({"rows": rows, "means": summary}, ensure_ascii=False, indent=1)
+                                     + "\n", encoding="utf-8")
+    md = ("# The top CPU budget (2e14 FLOPs) over pretraining seeds (docs/seeds2e14)\n\nDev macro-F1, median (min–max)"
+          " of 3 fine-tuning seeds. \"full dev\": jaquad-qtype on all 2,612 dev questions (docs/qtypefull/run.sh).\n\n"
+          + "\n".join(lines + means) + "\n")
+    (OUT / "report.md").write_text(md, encoding="utf-8")
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
