@@ -39,9 +39,13 @@ def register_finetune(sub) -> None:
     p.add_argument("--label-field", default="label")
     p.add_argument("--seeds", type=int, default=3, help="number of seeds (median reported and kept)")
     p.add_argument("--seed", type=int, default=0, help="first seed (seeds are SEED..SEED+N-1)")
-    p.add_argument("--epochs", type=int, default=10, help="max epochs (early stopping on dev macro-F1); 0 = no training, only re-fit the "
-                   "routing rule (temperature, offsets, threshold) of a classifier bundle given as --model")
-    p.add_argument("--patience", type=int, default=3, help="epochs without dev macro-F1 gain before stopping")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="max epochs (early stopping on dev macro-F1); default 10 from about 2,000 training examples up, "
+                        "more for smaller sets so that a run makes ≥ 630 updates (at most 40 epochs; measured in "
+                        "docs/results.md); 0 = no training, only re-fit the routing rule (temperature, offsets, "
+                        "threshold) of a classifier bundle given as --model")
+    p.add_argument("--patience", type=int, default=None,
+                   help="epochs without dev macro-F1 gain before stopping (default: 30 %% of the epochs, ≥ 3)")
     p.add_argument("--lr", type=float, default=None,
                    help="peak learning rate (default: 1e-3 for tiny (hidden ≤128), 3e-4 for small (≤256), 1e-4 for "
                         "larger; measured in docs/results.md; choose on dev)")

@@ -151,6 +151,39 @@ def test_resolve_class_weights(mode, counts, want):
     assert got == want and ratio == pytest.approx(max(counts) / min(counts))
 
 
+@pytest.mark.parametrize("n,batch,want", [
+    (2000, 32, (10, 3)),    # the experiment's samples: the 10 / 3 the defaults were measured with
+    (5000, 32, (10, 3)),    # larger sets keep 10 epochs
+    (1000, 32, (20, 6)),    # 32 updates per epoch → 20 epochs for ≥ 630 updates
+    (500, 32, (40, 12)),
+    (250, 32, (40, 12)),    # capped at 40 epochs
+    (3, 32, (40, 12)),
+])
+def test_default_schedule(n, batch, want):
+    from models.classify.finetune import AUTO_MIN_UPDATES, default_schedule
+
+    epochs, patience = default_schedule(n, batch)
+    assert (epochs, patience) == want
+    assert epochs == 40 or epochs * -(-n // batch) >= AUTO_MIN_UPDATES
+
+
+def test_small_training_set_gets_more_epochs(split, pretrained, tmp_path, capsys):
+    """Without --epochs a small training file gets the step-based schedule, printed and recorded in the report."""
+    n = len((split / "train.jsonl").read_text(encoding="utf-8").splitlines())
+    rc = main(["finetune", "classify", "--model", str(pretrained), "--train", str(split / "train.jsonl"),
+               "--dev", str(split / "dev.jsonl"), "--out", str(tmp_path / "run"), "--no-baseline", "--seeds", "1",
+               "--patience", "1", "--max-length", "64", "--threads", "1", "--no-progress"])
+    assert rc == 0
+    from models.classify.finetune import default_schedule
+
+    epochs, _ = default_schedule(n, 32)
+    assert epochs > 10 and f"schedule: up to {epochs} epochs, patience 1" in capsys.readouterr().out
+    rep = json.loads((tmp_path / "run" / "report.json").read_text(encoding="utf-8"))
+    assert rep["config"]["epochs"] == epochs and rep["config"]["epochs_requested"] is None
+    assert rep["config"]["patience"] == 1 and rep["config"]["patience_requested"] == 1
+    assert 1 <= rep["seeds"][0]["epochs_run"] <= epochs
+
+
 def test_auto_class_weights_balance_a_skewed_split(split, pretrained, tmp_path, capsys):
     """A route with under a tenth of the others' examples turns the balanced loss on, and the report says so."""
     rows = [json.loads(x) for x in (split / "train.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -170,6 +203,7 @@ def test_auto_class_weights_balance_a_skewed_split(split, pretrained, tmp_path, 
     cfg = json.loads((tmp_path / "run" / "report.json").read_text(encoding="utf-8"))["config"]
     assert cfg["class_weights"] == "balanced" and cfg["class_weights_requested"] == "auto"
     assert cfg["label_count_ratio"] >= 10
+    assert cfg["epochs"] == 1 and cfg["epochs_requested"] == 1  # an explicit --epochs is kept
 
 
 def _jsonl(path, rows):

@@ -11,6 +11,7 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 CORE=${CORE:-1}; task=$1; field=$2; shift 2
 mkdir -p runs/cw
 run() {  # run NAME MODEL_OPTIONS...
+  [ -z "${ONLY:-}" ] || [ "$ONLY" = "$1" ] || return 0  # ONLY=NAME: one encoder (one per core)
   local out=runs/cw/$1-$task; shift
   if [ "$1" = --model ] && [ ! -f "$2/manifest.json" ]; then echo "$out: no bundle $2 on this machine, skipped"; return; fi
   [ -f $out/report.json ] || taskset -c $CORE .venv/bin/denki finetune classify "$@" \

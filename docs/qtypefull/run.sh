@@ -11,6 +11,7 @@ CORE=${CORE:-1}; DEV=../shared/data/jaquad_qtype_dev.jsonl.gz
 mkdir -p runs/qtypefull
 run() {  # run NAME MODEL_OPTIONS...
   local name=$1; shift
+  [ -z "${ONLY:-}" ] || [ "$ONLY" = "$name" ] || return 0  # ONLY=NAME: one encoder (one per core)
   if [ "$1" = --model ] && [ ! -f "$2/manifest.json" ]; then echo "$name: no bundle $2 on this machine, skipped"; return; fi
   for w in none balanced; do
     local out=runs/qtypefull/$name-$w

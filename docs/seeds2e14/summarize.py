@@ -14,7 +14,7 @@ H, CW, QF = "runs/hybrid", "runs/cw", "runs/qtypefull"
 COLS = ["livedoor-title", "jaquad-qtype none", "jaquad-qtype balanced", "full dev none", "full dev balanced"]
 # (encoder, pretraining seed, machine, pretraining metrics/summary stem candidates, {column: report candidates});
 # a runs/ candidate is copied to OUT/<key>.json, so the next machine reads the copy
-A, B = "A (earlier: AMX)", "B (this session: no AMX)"
+A, B = "A: Intel Xeon (AMX)", "B: AMD EPYC (AVX-512, no AMX)"
 ROWS = [
     ("random init", "–", A, [], {
         "livedoor-title": ["docs/cc1e14/ft-random-livedoor-title.json"],
@@ -50,6 +50,14 @@ ROWS = [
         "jaquad-qtype balanced": [f"{CW}/mlm-m40-2e14-s1-jaquad-qtype/report.json"],
         "full dev none": [f"{QF}/mlm-m40-2e14-s1-none/report.json"],
         "full dev balanced": [f"{QF}/mlm-m40-2e14-s1-balanced/report.json"]}),
+]
+
+LABELS = (250, 500, 1000, 2000)
+LABEL_ROWS = [  # (encoder, name in runs/labels, the 2,000-label cell: the lever scripts' report)
+    ("random init", "random", [f"{H}/ft-random-livedoor-title/report.json"]),
+    ("ELECTRA --cls-contrast 1, seed 2", "electra-cc1-2e14-s2",
+     [f"{H}/ft-electra-cc1-lr1e3s2-2e14-livedoor-title/report.json"]),
+    ("MLM 40 %, seed 1", "mlm-m40-2e14-s1", ["runs/top/ft-mlm-m40-2e14-s1-livedoor-title/report.json"]),
 ]
 
 
@@ -126,11 +134,20 @@ def main() -> int:
         means.append(f"| {enc} (mean of medians) | {len(mine) if enc != 'random init' else '– (2 machines)'} | " +
                      " | ".join("—" if row[c] is None else f"{row[c]['mean']:.3f} (n={row[c]['n']})" for c in COLS)
                      + " |")
-    (OUT / "report.json").write_text(json.dumps({"rows": rows, "means": summary}, ensure_ascii=False, indent=1)
+    # fewer labels (docs/labels/run.sh): livedoor-title on N of the 2,000 training titles, machine B's encoders
+    lab = ["", "| livedoor-title, machine B | " + " | ".join(f"{n} labels" for n in LABELS) + " |",
+           "|---|" + "---:|" * len(LABELS)]
+    labels = {}
+    for enc, name, full in LABEL_ROWS:
+        cells = {n: cell([f"runs/labels/{name}-n{n}/report.json"] if n != 2000 else full) for n in LABELS}
+        labels[enc] = cells
+        lab.append(f"| {enc} | " + " | ".join(fmt(cells[n]) for n in LABELS) + " |")
+    (OUT / "report.json").write_text(json.dumps({"rows": rows, "means": summary, "labels": labels},
+                                                ensure_ascii=False, indent=1)
                                      + "\n", encoding="utf-8")
     md = ("# The top CPU budget (2e14 FLOPs) over pretraining seeds (docs/seeds2e14)\n\nDev macro-F1, median (min–max)"
           " of 3 fine-tuning seeds. \"full dev\": jaquad-qtype on all 2,612 dev questions (docs/qtypefull/run.sh).\n\n"
-          + "\n".join(lines + means) + "\n")
+          + "\n".join(lines + means + lab) + "\n")
     (OUT / "report.md").write_text(md, encoding="utf-8")
     print(md)
     return 0
