@@ -10,42 +10,45 @@ import statistics
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "twostage"))
+from summarize import pretrain_summary  # noqa: E402  (reads runs/, else the copy an earlier summarize kept)
+
 ROOT, OUT = Path(__file__).resolve().parents[2], Path(__file__).resolve().parent
 H, CW, QF = "runs/hybrid", "runs/cw", "runs/qtypefull"
 COLS = ["livedoor-title", "jaquad-qtype none", "jaquad-qtype balanced", "full dev none", "full dev balanced"]
-# (encoder, pretraining seed, machine, pretraining metrics/summary stem candidates, {column: report candidates});
-# a runs/ candidate is copied to OUT/<key>.json, so the next machine reads the copy
+# (encoder, pretraining seed, machine, pretraining run as (runs folder, folder of its kept copy, name) or None,
+#  {column: report candidates}); a runs/ candidate is copied to OUT/<key>.json, so the next machine reads the copy
 A, B = "A: Intel Xeon (AMX)", "B: AMD EPYC (AVX-512, no AMX)"
 ROWS = [
-    ("random init", "–", A, [], {
+    ("random init", "–", A, None, {
         "livedoor-title": ["docs/cc1e14/ft-random-livedoor-title.json"],
         "jaquad-qtype none": ["docs/cc1e14/ft-random-jaquad-qtype.json"],
         "jaquad-qtype balanced": ["docs/cw/random-jaquad-qtype/report.json"]}),
-    ("random init", "–", B, [], {
+    ("random init", "–", B, None, {
         "livedoor-title": [f"{H}/ft-random-livedoor-title/report.json"],
         "jaquad-qtype none": [f"{H}/ft-random-jaquad-qtype/report.json"],
         "jaquad-qtype balanced": [f"{CW}/random-jaquad-qtype/report.json"],
         "full dev none": [f"{QF}/random-none/report.json"],
         "full dev balanced": [f"{QF}/random-balanced/report.json"]}),
-    ("ELECTRA --cls-contrast 1", "0", A, ["docs/cc1e14/electra-cc1-lr1e3-2e14"], {
+    ("ELECTRA --cls-contrast 1", "0", A, (H, "docs/cc1e14", "electra-cc1-lr1e3-2e14"), {
         "livedoor-title": ["docs/cc1e14/ft-electra-cc1-lr1e3-2e14-livedoor-title.json"],
         "jaquad-qtype none": ["docs/cc1e14/ft-electra-cc1-lr1e3-2e14-jaquad-qtype.json"],
         "jaquad-qtype balanced": ["docs/cw/electra-cc1-2e14-jaquad-qtype/report.json"]}),
-    ("ELECTRA --cls-contrast 1", "1", A, ["docs/cc1e14/electra-cc1-lr1e3s1-2e14"], {
+    ("ELECTRA --cls-contrast 1", "1", A, (H, "docs/cc1e14", "electra-cc1-lr1e3s1-2e14"), {
         "livedoor-title": ["docs/cc1e14/ft-electra-cc1-lr1e3s1-2e14-livedoor-title.json"],
         "jaquad-qtype none": ["docs/cc1e14/ft-electra-cc1-lr1e3s1-2e14-jaquad-qtype.json"],
         "jaquad-qtype balanced": ["docs/cw/electra-cc1-lr1e3s1-2e14-jaquad-qtype/report.json"]}),
-    ("ELECTRA --cls-contrast 1", "2", B, [f"{H}/electra-cc1-lr1e3s2-2e14"], {
+    ("ELECTRA --cls-contrast 1", "2", B, (H, "docs/seeds2e14", "electra-cc1-lr1e3s2-2e14"), {
         "livedoor-title": [f"{H}/ft-electra-cc1-lr1e3s2-2e14-livedoor-title/report.json"],
         "jaquad-qtype none": [f"{H}/ft-electra-cc1-lr1e3s2-2e14-jaquad-qtype/report.json"],
         "jaquad-qtype balanced": [f"{CW}/electra-cc1-lr1e3s2-2e14-jaquad-qtype/report.json"],
         "full dev none": [f"{QF}/electra-cc1-2e14-s2-none/report.json"],
         "full dev balanced": [f"{QF}/electra-cc1-2e14-s2-balanced/report.json"]}),
-    ("MLM 40 %", "0", A, ["docs/top2e14/m40/mlm-m40-2e14"], {
+    ("MLM 40 %", "0", A, ("runs/top", "docs/top2e14/m40", "mlm-m40-2e14"), {
         "livedoor-title": ["docs/cw/mlm-m40-2e14-livedoor-title-none/report.json"],
         "jaquad-qtype none": ["docs/cw/mlm-m40-2e14-jaquad-qtype-none/report.json"],
         "jaquad-qtype balanced": ["docs/cw/mlm-m40-2e14-jaquad-qtype/report.json"]}),
-    ("MLM 40 %", "1", B, ["runs/top/mlm-m40-2e14-s1"], {
+    ("MLM 40 %", "1", B, ("runs/top", "docs/seeds2e14", "mlm-m40-2e14-s1"), {
         "livedoor-title": ["runs/top/ft-mlm-m40-2e14-s1-livedoor-title/report.json"],
         "jaquad-qtype none": ["runs/top/ft-mlm-m40-2e14-s1-jaquad-qtype/report.json"],
         "jaquad-qtype balanced": [f"{CW}/mlm-m40-2e14-s1-jaquad-qtype/report.json"],
@@ -92,19 +95,6 @@ def cell(candidates: list[str]):
             "source": str(p.relative_to(ROOT))}
 
 
-def pretraining(stems: list[str]):
-    m = find([f"{s}.metrics.jsonl" if s.startswith("docs/") else f"{s}/metrics.jsonl" for s in stems])
-    if m is None:
-        return None
-    last = [json.loads(x) for x in m.read_text(encoding="utf-8").splitlines() if x.strip()][-1]
-    sm = find([f"{s}.summary.json" if s.startswith("docs/") else f"{s}/summary.json" for s in stems])
-    summary = json.loads(sm.read_text(encoding="utf-8")) if sm else {}
-    d = summary.get("diagnostics") or {}
-    return {"steps": last["step"], "flops": last["flops"], "acc": last.get("gen_acc", last.get("mlm_acc")),
-            "disc_recall": last.get("disc_recall"), "disc_auc": d.get("disc_auc"), "cls_spread": d.get("cls_spread"),
-            "wall_s": summary.get("wall_s")}
-
-
 def fmt(c):
     return "—" if c is None else f"{c['median']:.3f} ({c['min']:.3f}–{c['max']:.3f})"
 
@@ -114,13 +104,13 @@ def main() -> int:
     lines = ["| encoder (tiny, 2e14) | pretraining seed | machine | steps | gen / MLM acc | disc recall, AUC | "
              "[CLS] spread | " + " | ".join(COLS) + " |", "|---|---|---|---:|---:|---|---:|" + "---|" * len(COLS)]
     rows = []
-    for enc, seed, machine, stems, cols in ROWS:
-        p = pretraining(stems) if stems else None
+    for enc, seed, machine, run, cols in ROWS:
+        p = pretrain_summary(run[2], ROOT / run[0], ROOT / run[1]) if run else None
         cells = {c: cell(cols.get(c, [])) for c in COLS}
         rows.append({"encoder": enc, "pretraining_seed": seed, "machine": machine, "pretraining": p, "cells": cells})
         p = p or {}
         disc = "–" if p.get("disc_recall") is None else f"{p['disc_recall']:.3f}, {f3(p.get('disc_auc'))}"
-        lines.append(f"| {enc} | {seed} | {machine} | {p.get('steps', '–')} | {f3(p.get('acc'))} | {disc} | "
+        lines.append(f"| {enc} | {seed} | {machine} | {p.get('steps', '–')} | {f3(p.get('gen_acc'))} | {disc} | "
                      f"{f3(p.get('cls_spread'))} | " + " | ".join(fmt(cells[c]) for c in COLS) + " |")
     # the mean over pretraining seeds of each encoder's medians (what a user gets from one pretraining, on average)
     means = ["", "| encoder | pretraining seeds | " + " | ".join(COLS) + " |", "|---|---:|" + "---|" * len(COLS)]
