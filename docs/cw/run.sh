@@ -7,18 +7,14 @@
 #  those reports here and ran the unweighted ones)
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+. docs/ftcell.sh  # here, ft_cell
 CORE=${CORE:-1}; task=$1; field=$2; shift 2
 mkdir -p runs/cw
 run() {  # run NAME MODEL_OPTIONS...
-  [ -z "${ONLY:-}" ] || [ "$ONLY" = "$1" ] || return 0  # ONLY=NAME: one encoder (one per core)
+  here "$@" || return 0
   local out=runs/cw/$1-$task; shift
-  if [ "$1" = --model ] && [ ! -f "$2/manifest.json" ]; then echo "$out: no bundle $2 on this machine, skipped"; return; fi
-  [ -f $out/report.json ] || taskset -c $CORE .venv/bin/denki finetune classify "$@" \
-    --train runs/evm2e14/data/$task/train.jsonl --dev runs/evm2e14/data/$task/dev.jsonl --text-field $field \
-    --max-length 128 --seeds 3 --threads 1 --no-baseline --no-progress --class-weights balanced \
-    --out $out > $out.log 2>&1
-  echo "$out $(python3 -c "import json,sys; r=json.load(open('$out/report.json'))['seed_summary']; print(r)" 2>&1 | head -c 300)"
+  ft_cell $CORE $out "$@" -- --train runs/evm2e14/data/$task/train.jsonl --dev runs/evm2e14/data/$task/dev.jsonl \
+    --text-field $field --class-weights balanced
 }
 run random --init-random tiny --tokenizer runs/tok8k
 run electra-cc1-2e14 --model runs/hybrid/electra-cc1-lr1e3-2e14/bundle
