@@ -26,3 +26,5 @@ run electra-cc1-1e14-s2 --model runs/hybrid/electra-cc1-1e14-s2/bundle
 run electra-cc1-lr1e3s1-2e14 --model runs/hybrid/electra-cc1-lr1e3s1-2e14/bundle  # BUDGET=2e14 … run.sh lr1e3s1 --seed 1
 run electra-cc1-lr1e3s2-2e14 --model runs/hybrid/electra-cc1-lr1e3s2-2e14/bundle  # BUDGET=2e14 … run.sh lr1e3s2 --seed 2
 run mlm-m40-2e14-s1 --model runs/top/mlm-m40-2e14-s1/bundle                      # SEED=1 bash docs/top2e14/m40.sh
+run electra-cc1-lr1e3s0b-2e14 --model runs/hybrid/electra-cc1-lr1e3s0b-2e14/bundle  # seeds 0 and 1 again, machine B:
+run electra-cc1-lr1e3s1b-2e14 --model runs/hybrid/electra-cc1-lr1e3s1b-2e14/bundle  # … run.sh lr1e3s0b / lr1e3s1b --seed 1
