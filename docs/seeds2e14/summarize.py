@@ -62,6 +62,13 @@ ROWS = [
         "jaquad-qtype balanced": [f"{CW}/mlm-m40-2e14-s1-jaquad-qtype/report.json"],
         "full dev none": [f"{QF}/mlm-m40-2e14-s1-none/report.json"],
         "full dev balanced": [f"{QF}/mlm-m40-2e14-s1-balanced/report.json"]}),
+    # MLM 40 % seeds 0 (again, as s0b) and 2 on machine B: TAG=s0b SEED=0 / SEED=2 bash docs/top2e14/m40.sh
+    *[("MLM 40 %", seed, B, ("runs/top", "docs/seeds2e14", f"mlm-m40-2e14-{tag}"), {
+        "livedoor-title": [f"runs/top/ft-mlm-m40-2e14-{tag}-livedoor-title/report.json"],
+        "jaquad-qtype none": [f"runs/top/ft-mlm-m40-2e14-{tag}-jaquad-qtype/report.json"],
+        "jaquad-qtype balanced": [f"{CW}/mlm-m40-2e14-{tag}-jaquad-qtype/report.json"],
+        "full dev none": [f"{QF}/mlm-m40-2e14-{tag}-none/report.json"],
+        "full dev balanced": [f"{QF}/mlm-m40-2e14-{tag}-balanced/report.json"]}) for seed, tag in (("0", "s0b"), ("2", "s2"))],
 ]
 
 LABELS = (250, 500, 1000, 2000)
@@ -72,7 +79,12 @@ LABEL_ROWS = [  # (encoder, name in runs/labels, the 2,000-label cell: the lever
     *[(f"ELECTRA --cls-contrast 1, seed {seed}", f"electra-cc1-2e14-s{seed}b",
        [f"{H}/ft-electra-cc1-lr1e3s{seed}b-2e14-livedoor-title/report.json"]) for seed in "01"],
     ("MLM 40 %, seed 1", "mlm-m40-2e14-s1", ["runs/top/ft-mlm-m40-2e14-s1-livedoor-title/report.json"]),
+    *[(f"MLM 40 %, seed {seed}", f"mlm-m40-2e14-{tag}", [f"runs/top/ft-mlm-m40-2e14-{tag}-livedoor-title/report.json"])
+      for seed, tag in (("0", "s0b"), ("2", "s2"))],
 ]
+# 20 epochs / patience 6 at the full 2,000 titles (docs/epochs/run.sh) beside the default 10 / 3 (the lever scripts'
+# cells): (encoder, name in runs/epochs, the 10-epoch cell)
+EPOCH_ROWS = [(enc, name, full) for enc, name, full in LABEL_ROWS]
 
 
 def kept(src: str) -> Path:
@@ -186,7 +198,32 @@ def main() -> int:
     lab.append("| ELECTRA --cls-contrast 1, **default schedule**, mean over pretraining seeds (margin over random "
                "init; seeds ≥ +3) | " + " | ".join(txt) + " |")
     labels["ELECTRA mean, default schedule"] = labels_mean
-    (OUT / "report.json").write_text(json.dumps({"rows": rows, "means": summary, "means_machine_b": summary_b, "labels": labels},
+    mine = [v for k, v in labels.items() if k.startswith("MLM") and "default" in k]
+    txt = []
+    for n in LABELS:
+        v = [c[n]["median"] for c in mine if c[n]]
+        d = [x - rand[n]["median"] for x in v] if v and rand.get(n) else []
+        txt.append("—" if not d else f"{statistics.fmean(v):.3f} ({statistics.fmean(d) * 100:+.1f}; "
+                   f"{sum(x >= 0.03 - 1e-9 for x in d)}/{len(v)} ≥ +3)")
+    lab.append("| MLM 40 %, **default schedule**, mean over pretraining seeds (margin over random init; seeds ≥ +3) | "
+               + " | ".join(txt) + " |")
+    # the longer schedule at 2,000 labels
+    ep = ["", "| livedoor-title, 2,000 labels, machine B | 10 epochs / patience 3 (default) | 20 epochs / patience 6 "
+          "| change | best epochs at 20 |", "|---|---:|---:|---:|---|"]
+    epochs = {}
+    for enc, name, full in EPOCH_ROWS:
+        c10, c20 = cell(full), cell([f"runs/epochs/{name}-e20/report.json"])
+        if c20 is None:
+            continue
+        best = json.loads(find([f"runs/epochs/{name}-e20/report.json"]).read_text(encoding="utf-8"))["seeds"]
+        best = [x["best_epoch"] for x in best]
+        epochs[enc] = {"e10": c10, "e20": c20, "best_epochs_e20": best}
+        change = "—" if c10 is None else f"{(c20['median'] - c10['median']) * 100:+.1f}"
+        ep.append(f"| {enc} | {fmt(c10)} | {fmt(c20)} | {change} | {' / '.join(map(str, best))} |")
+    if len(ep) > 3:
+        lab += ep
+    (OUT / "report.json").write_text(json.dumps({"rows": rows, "means": summary, "means_machine_b": summary_b, "labels": labels,
+                                                            "epochs": epochs},
                                                 ensure_ascii=False, indent=1)
                                      + "\n", encoding="utf-8")
     md = ("# The top CPU budget (2e14 FLOPs) over pretraining seeds (docs/seeds2e14)\n\nDev macro-F1, median (min–max)"
