@@ -164,10 +164,12 @@ def main() -> int:
             d = [x - rand_b[c]["median"] for x in v]
             row[c] = {"mean": statistics.fmean(v), "n": len(v), "margins": d,
                       "seeds_at_least_plus_3": sum(x >= 0.03 - 1e-9 for x in d)}
-            txt.append(f"{row[c]['mean']:.3f} ({statistics.fmean(d) * 100:+.1f}; "
+            row[c]["sd"] = statistics.stdev(v) if len(v) > 1 else None
+            sd = "" if row[c]["sd"] is None else f" ± {row[c]['sd']:.3f}"
+            txt.append(f"{row[c]['mean']:.3f}{sd} ({statistics.fmean(d) * 100:+.1f}; "
                        f"{row[c]['seeds_at_least_plus_3']}/{len(v)} ≥ +3)")
         summary_b[enc] = row
-        means_b.append(f"| {enc} (mean of medians; margin over random init; seeds ≥ +3) | {len(mine)} | "
+        means_b.append(f"| {enc} (mean ± SD of medians; margin over random init; seeds ≥ +3) | {len(mine)} | "
                        + " | ".join(txt) + " |")
     means += means_b
     # fewer labels (docs/labels/run.sh): livedoor-title on N of the 2,000 training titles, machine B's encoders
