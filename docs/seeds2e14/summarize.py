@@ -82,9 +82,6 @@ LABEL_ROWS = [  # (encoder, name in runs/labels, the 2,000-label cell: the lever
     *[(f"MLM 40 %, seed {seed}", f"mlm-m40-2e14-{tag}", [f"runs/top/ft-mlm-m40-2e14-{tag}-livedoor-title/report.json"])
       for seed, tag in (("0", "s0b"), ("2", "s2"))],
 ]
-# 20 epochs / patience 6 at the full 2,000 titles (docs/epochs/run.sh) beside the default 10 / 3 (the lever scripts'
-# cells): (encoder, name in runs/epochs, the 10-epoch cell)
-EPOCH_ROWS = [(enc, name, full) for enc, name, full in LABEL_ROWS]
 
 
 def kept(src: str) -> Path:
@@ -111,7 +108,8 @@ def cell(candidates: list[str]):
     r = json.loads(p.read_text(encoding="utf-8"))
     s = r["seed_summary"]
     return {"median": s["macro_f1_median"], "min": s["macro_f1_min"], "max": s["macro_f1_max"],
-            "seeds": [x["macro_f1"] for x in r["seeds"]], "class_weights": r["config"].get("class_weights"),
+            "seeds": [x["macro_f1"] for x in r["seeds"]], "best_epochs": [x["best_epoch"] for x in r["seeds"]],
+            "class_weights": r["config"].get("class_weights"),
             "dev_n": sum(v.get("support", 0) for v in r["dev"]["per_class"].values()),
             "rare_f1": {k: v["f1"] for k, v in r["dev"]["per_class"].items() if k in ("Cause", "Manner")},
             "source": str(p.relative_to(ROOT))}
@@ -184,48 +182,39 @@ def main() -> int:
                 continue  # a schedule not run for this encoder (the re-run seeds: the default schedule only)
             labels[f"{enc}, {sched}"] = cells
             lab.append(f"| {enc}, {sched} | " + " | ".join(fmt(cells[n]) for n in LABELS) + " |")
-    # the default schedule over ELECTRA's pretraining seeds: mean of medians and its margin over random init
+    # the default schedule over each objective's pretraining seeds: mean of medians and its margin over random init
     rand = labels.get("random init, **default schedule** (≥ 630 updates)", {})
-    mine = [v for k, v in labels.items() if k.startswith("ELECTRA") and "default" in k]
-    txt, labels_mean = [], {}
-    for n in LABELS:
-        v = [c[n]["median"] for c in mine if c[n]]
-        if not v or not rand.get(n):
-            txt.append("—")
-            continue
-        d = [x - rand[n]["median"] for x in v]
-        labels_mean[n] = {"mean": statistics.fmean(v), "margins": d}
-        txt.append(f"{statistics.fmean(v):.3f} ({statistics.fmean(d) * 100:+.1f}; "
-                   f"{sum(x >= 0.03 - 1e-9 for x in d)}/{len(v)} ≥ +3)")
-    lab.append("| ELECTRA --cls-contrast 1, **default schedule**, mean over pretraining seeds (margin over random "
-               "init; seeds ≥ +3) | " + " | ".join(txt) + " |")
-    labels["ELECTRA mean, default schedule"] = labels_mean
-    mine = [v for k, v in labels.items() if k.startswith("MLM") and "default" in k]
-    txt = []
-    for n in LABELS:
-        v = [c[n]["median"] for c in mine if c[n]]
-        d = [x - rand[n]["median"] for x in v] if v and rand.get(n) else []
-        txt.append("—" if not d else f"{statistics.fmean(v):.3f} ({statistics.fmean(d) * 100:+.1f}; "
-                   f"{sum(x >= 0.03 - 1e-9 for x in d)}/{len(v)} ≥ +3)")
-    lab.append("| MLM 40 %, **default schedule**, mean over pretraining seeds (margin over random init; seeds ≥ +3) | "
-               + " | ".join(txt) + " |")
+    for prefix, enc in (("ELECTRA", "ELECTRA --cls-contrast 1"), ("MLM", "MLM 40 %")):
+        mine = [v for k, v in labels.items() if k.startswith(prefix) and "default" in k]
+        txt, labels_mean = [], {}
+        for n in LABELS:
+            v = [c[n]["median"] for c in mine if c[n]]
+            if not v or not rand.get(n):
+                txt.append("—")
+                continue
+            d = [x - rand[n]["median"] for x in v]
+            labels_mean[n] = {"mean": statistics.fmean(v), "margins": d}
+            txt.append(f"{statistics.fmean(v):.3f} ({statistics.fmean(d) * 100:+.1f}; "
+                       f"{sum(x >= 0.03 - 1e-9 for x in d)}/{len(v)} ≥ +3)")
+        lab.append(f"| {enc}, **default schedule**, mean over pretraining seeds (margin over random init; "
+                   "seeds ≥ +3) | " + " | ".join(txt) + " |")
+        labels[f"{prefix} mean, default schedule"] = labels_mean
     # the longer schedule at 2,000 labels
     ep = ["", "| livedoor-title, 2,000 labels, machine B | 10 epochs / patience 3 (default) | 20 epochs / patience 6 "
           "| change | best epochs at 20 |", "|---|---:|---:|---:|---|"]
     epochs = {}
-    for enc, name, full in EPOCH_ROWS:
+    for enc, name, full in LABEL_ROWS:  # 20 epochs (docs/epochs/run.sh) beside the lever scripts' 10-epoch cell
         c10, c20 = cell(full), cell([f"runs/epochs/{name}-e20/report.json"])
         if c20 is None:
             continue
-        best = json.loads(find([f"runs/epochs/{name}-e20/report.json"]).read_text(encoding="utf-8"))["seeds"]
-        best = [x["best_epoch"] for x in best]
+        best = c20["best_epochs"]
         epochs[enc] = {"e10": c10, "e20": c20, "best_epochs_e20": best}
         change = "—" if c10 is None else f"{(c20['median'] - c10['median']) * 100:+.1f}"
         ep.append(f"| {enc} | {fmt(c10)} | {fmt(c20)} | {change} | {' / '.join(map(str, best))} |")
     if len(ep) > 3:
         lab += ep
-    (OUT / "report.json").write_text(json.dumps({"rows": rows, "means": summary, "means_machine_b": summary_b, "labels": labels,
-                                                            "epochs": epochs},
+    (OUT / "report.json").write_text(json.dumps({"rows": rows, "means": summary, "means_machine_b": summary_b,
+                                                 "labels": labels, "epochs": epochs},
                                                 ensure_ascii=False, indent=1)
                                      + "\n", encoding="utf-8")
     md = ("# The top CPU budget (2e14 FLOPs) over pretraining seeds (docs/seeds2e14)\n\nDev macro-F1, median (min–max)"
