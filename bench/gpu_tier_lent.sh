@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The GPU tier (bench/gpu_tier.py) on a lent CUDA machine that receives only the repository (≤ 64 MiB) and has
+# its own python3 + torch but no denki dependencies and no ../shared.
+#
+#   bash bench/gpu_tier_lent.sh pack     # here (network for pip download): fills the ignored folder .gpu/
+#   bash bench/gpu_tier_lent.sh run      # there, with .gpu carried; results under $OUT (or /tmp/gt-out)
+#
+# What travels in .gpu/ (~43 MB): the wheels denki needs beyond that machine's image, at denki's pins
+# (transformers 4.57.6, tokenizers 0.22.2, huggingface-hub 0.36.2, optimum 2.1.0, optimum-onnx 0.1.0, fugashi 1.5.2
+# for Python 3.12); the ipadic dictionary (13 MB — unidic-lite is 47 MB and does not fit beside the data), so the
+# tier's tokenizer is trained here on MeCab-ipadic words; the two pretraining corpora; JaQuAD train/dev; livedoor
+# train/dev with only id/label/title (the livedoor-title task reads nothing else). onnxruntime-gpu (~300 MB) does
+# not fit: the machine's own CPU onnxruntime runs the parity gate, and CUDA latency is measured in PyTorch
+# (gpu_tier.py's torch_latency) instead of ORT CUDA.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+G=.gpu
+case "${1:-}" in
+pack)
+  D=${DENKI_SHARED_DATA:-../shared/data}
+  grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+  mkdir -p $G/whl $G/data
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d $G/whl \
+    fugashi==1.5.2 transformers==4.57.6 tokenizers==0.22.2 huggingface-hub==0.36.2 optimum==2.1.0 optimum-onnx==0.1.0
+  python3 -m pip download -q --no-deps -d $G ipadic==1.0.0
+  cp "$D"/corpus_manpages_ja.txt.gz "$D"/corpus_wiki_ja.txt.gz "$D"/jaquad_train.squad2.json.gz \
+     "$D"/jaquad_dev.squad2.json.gz $G/data/
+  for s in train dev; do
+    zcat "$D/livedoor_$s.jsonl.gz" | python3 -c 'import sys, json
+for line in sys.stdin:
+    r = json.loads(line); print(json.dumps({k: r[k] for k in ("id", "label", "title")}, ensure_ascii=False))' \
+      | gzip -9 > $G/data/livedoor_$s.jsonl.gz
+  done
+  .venv/bin/denki tokenizer train --corpus $G/data/corpus_manpages_ja.txt.gz $G/data/corpus_wiki_ja.txt.gz \
+    --vocab-size 8000 --mecab-dic ipadic --out $G/tok
+  du -sh $G
+  ;;
+run)
+  OUT=${OUT:-/tmp/gt-out}
+  mkdir -p "$OUT"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $G/whl/*.whl
+  tar xzf $G/ipadic-1.0.0.tar.gz -C /tmp && cp -r /tmp/ipadic-1.0.0/ipadic /tmp/site/
+  export PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 PYTHONUNBUFFERED=1 \
+    TOKENIZERS_PARALLELISM=false GRADIO_ANALYTICS_ENABLED=False
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/env.txt"
+  python3 -c 'import sys, torch, transformers, fugashi, ipadic, optimum, onnxruntime as o
+print(sys.version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__,
+      "onnxruntime", o.__version__, o.get_available_providers(), "cuda", torch.cuda.is_available())' \
+    | tee -a "$OUT/env.txt"
+  # the tier itself, cut at LIMIT seconds so that what it measured still gets packed below
+  set +e
+  timeout "${LIMIT:-500}" python3 bench/gpu_tier.py --tokenizer $G/tok --data-dir $G/data --out /tmp/gt \
+    --pretrain-seconds "${PRETRAIN_SECONDS:-75}" --max-train "${MAX_TRAIN:-10000}" 2>&1 | tee "$OUT/log.txt"
+  rc=${PIPESTATUS[0]}
+  cp /tmp/gt/gpu_tier.json /tmp/gt/gpu_tier.md "$OUT/" 2>/dev/null
+  # reports, summaries, metrics and logs; no weights
+  tar czf "$OUT/reports.tgz" --exclude='*.safetensors' --exclude='*.onnx' --exclude='*.onnx_data' \
+    --exclude='*.bin' --exclude='*.pt' -C /tmp gt 2>/dev/null
+  echo "gpu tier exit $rc"
+  exit "$rc"
+  ;;
+*)
+  echo "usage: bash bench/gpu_tier_lent.sh pack|run" >&2; exit 2 ;;
+esac
