@@ -5,15 +5,19 @@ Steps (each a plain ``denki`` command, printed before it runs, so any step can b
 1. tokenizer — ``denki tokenizer train`` on the corpora (skipped with ``--tokenizer DIR``);
 2. calibration — a 40-step ELECTRA pretraining run measures this machine's training FLOP/s; the budget is
    ``FLOP/s × --pretrain-seconds`` (the largest that fits the time given to each encoder), unless ``--budget``;
-3. ``denki experiment electra-vs-mlm`` — ELECTRA and MLM at that budget (bf16 autocast on CUDA), a random-init
-   control, fine-tuned on livedoor-title (macro-F1) and JaQuAD QA (F1) with ``--seeds`` seeds, dev scores;
-4. ``denki export --fp16`` of the ELECTRA livedoor-title router (seed 0) behind the parity gate;
-5. ``denki bench latency`` on it (CUDA fp16 beside the CPU backends when a GPU is usable).
+3. ``denki experiment electra-vs-mlm --jobs 6`` — ELECTRA and MLM at that budget (bf16 autocast on CUDA), pretrained
+   side by side, and a random-init control; then all six fine-tuning runs at once on livedoor-title (macro-F1) and
+   JaQuAD QA (F1) with ``--seeds`` seeds, dev scores. One small-model run used about 1 % of an H200 (the step time
+   is per-step overhead, not arithmetic), so concurrent runs share the chip;
+4. the PyTorch latency of the ELECTRA livedoor-title router (seed 0) on the device, fp32 and fp16;
+5. ``denki export --fp16`` of that router behind the parity gate, and ``denki bench latency`` on it (ORT CUDA fp16
+   rows where onnxruntime-gpu is installed).
 
-Writes ``OUT/gpu_tier.json`` (budget, FLOP/s, per-step wall times, the experiment's scores, latency) and
-``OUT/gpu_tier.md``. On an H200 the defaults aim at ≤ 10 minutes in all (3 min per encoder + fine-tuning/export);
-``--dry-run`` runs the same chain on CPU at tiny size with a 5-second budget and small task subsets, to check that it
-works before GPU time is spent::
+Writes ``OUT/gpu_tier.json`` after every step (budget, FLOP/s, per-step wall times, the experiment's scores,
+latency) and ``OUT/gpu_tier.md``. Sized from the first H200 run (docs/results.md): calibration ~35 s, pretraining
+~``--pretrain-seconds`` (both at once), fine-tuning ~100–150 s (10,000 QA questions), latency and export ~80 s, so
+the defaults aim at ~7 minutes. ``--dry-run`` runs the same chain on CPU at tiny size with a 5-second budget and
+small task subsets, to check that it works before GPU time is spent::
 
     python bench/gpu_tier.py --out runs/gpu-tier                    # on the CUDA machine
     python bench/gpu_tier.py --dry-run --tokenizer runs/tok8k --out runs/gpu-tier-dry   # CPU check
@@ -110,20 +114,28 @@ def main(argv=None) -> int:
                         "the 64 MiB a lent GPU machine receives; unidic-lite is 47 MB)")
     p.add_argument("--size", default="small")
     p.add_argument("--budget", type=float, default=None, help="pretraining FLOPs per encoder (default: calibrated)")
-    p.add_argument("--pretrain-seconds", type=float, default=180.0, help="time per encoder the budget is sized to")
+    p.add_argument("--pretrain-seconds", type=float, default=150.0, help="time per encoder the budget is sized to")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--seeds", type=int, default=1)
-    p.add_argument("--max-train", type=int, default=0, help="task train subsample (0 = all)")
+    p.add_argument("--max-train", type=int, default=None,
+                   help="task train subsample (0 = all; default 10,000: livedoor-title whole (5,893 titles), "
+                        "JaQuAD 10,000 of its 43,444 questions)")
     p.add_argument("--max-dev", type=int, default=0)
     p.add_argument("--epochs", type=float, default=None,
                    help="fine-tuning epochs (default: the fine-tuners' own: classify 10 with early stopping, QA 2)")
+    p.add_argument("--jobs", type=int, default=6,
+                   help="denki experiment --jobs: both pretraining runs side by side, then all fine-tuning runs "
+                        "(3 encoders × 2 tasks) at once. On the H200 one small-model run used ~1 %% of the chip "
+                        "(docs/results.md), so they share it")
     p.add_argument("--device", default="cuda")
     p.add_argument("--cache-dir", default=None, help="token cache (default OUT/cache)")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny size, tiny budget, small subsets")
     a = p.parse_args(argv)
     if a.dry_run:
         a.device, a.size, a.pretrain_seconds, a.batch_size = "cpu", "tiny", 5.0, 16
-        a.max_train, a.max_dev, a.epochs = a.max_train or 200, a.max_dev or 100, 1
+        a.max_train, a.max_dev, a.epochs, a.jobs = a.max_train or 200, a.max_dev or 100, 1, min(a.jobs, 2)
+    if a.max_train is None:
+        a.max_train = 10000
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     d = Path(a.data_dir)
@@ -166,7 +178,9 @@ def main(argv=None) -> int:
                 "--flops-budgets", f"{a.budget:g}", "--tasks", "livedoor-title,jaquad-qa", "--seeds", str(a.seeds),
                 "--data-dir", str(d), "--max-train", str(a.max_train), "--max-dev", str(a.max_dev),
                 *(["--epochs", f"{a.epochs:g}"] if a.epochs else []), "--batch-size", str(a.batch_size),
-                "--device", a.device, "--keep-finetuned", "--cache-dir", cache, "--no-progress", "--out", str(exp)],
+                "--device", a.device, "--jobs", str(a.jobs),
+                # CPU threads per job: the jobs share the machine's cores (on CUDA the CPU side only feeds the GPU)
+                "--threads", str(max(1, (os.cpu_count() or 1) // max(1, a.jobs))), "--keep-finetuned", "--cache-dir", cache, "--no-progress", "--out", str(exp)],
        log, "experiment")
     res["experiment"] = json.loads((exp / "report.json").read_text(encoding="utf-8"))
     save()

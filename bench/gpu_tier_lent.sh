@@ -51,7 +51,7 @@ print(sys.version.split()[0], "torch", torch.__version__, "transformers", transf
   # the tier itself, cut at LIMIT seconds so that what it measured still gets packed below
   set +e
   timeout "${LIMIT:-500}" python3 bench/gpu_tier.py --tokenizer $G/tok --data-dir $G/data --out /tmp/gt \
-    --pretrain-seconds "${PRETRAIN_SECONDS:-75}" --max-train "${MAX_TRAIN:-10000}" 2>&1 | tee "$OUT/log.txt"
+    --pretrain-seconds "${PRETRAIN_SECONDS:-150}" --max-train "${MAX_TRAIN:-10000}" --jobs "${JOBS:-6}" 2>&1 | tee "$OUT/log.txt"
   rc=${PIPESTATUS[0]}
   cp /tmp/gt/gpu_tier.json /tmp/gt/gpu_tier.md "$OUT/" 2>/dev/null
   # reports, summaries, metrics and logs; no weights

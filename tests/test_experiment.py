@@ -162,3 +162,26 @@ def test_objectives_subset_and_pretraining_variant(experiment, tmp_path, capsys)
     capsys.readouterr()
     assert main(a[:-9] + ["--objectives", "electra,bert"]) == 2
     assert "--objectives" in capsys.readouterr().err
+
+
+def test_jobs_run_stages_in_parallel_with_the_serial_results(experiment, tmp_path, capsys):
+    """`--jobs 2`: the pretraining runs and then the fine-tuning runs go to 2 worker processes; every cell's
+    score equals the serial run's (same seeds, one thread each), and the report is complete."""
+    out, argv, _ = experiment
+    a = list(argv)
+    a[a.index("--out") + 1] = str(tmp_path / "jobs")
+    keep = [i for i, x in enumerate(a) if x == "--task"]
+    a = a[:keep[1]] + a[keep[1] + 2:]  # the routing task only
+    a.remove("--electra15")
+    capsys.readouterr()
+    assert main(a + ["--jobs", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "in parallel, 2 at a time" in text and text.count("(started, 2 at a time)") == 3
+    rep = json.loads((tmp_path / "jobs" / "report.json").read_text(encoding="utf-8"))
+    assert rep["finetune_runs_done"] == rep["finetune_runs_planned"] == 3
+    for m in ("electra-2e10", "mlm-2e10", "random"):
+        par = json.loads((tmp_path / "jobs" / "finetune" / m / "route" / "seed-0" / "result.json").read_text())
+        ser = json.loads((out / "finetune" / m / "route" / "seed-0" / "result.json").read_text())
+        assert (par["macro_f1"], par["accuracy"]) == (ser["macro_f1"], ser["accuracy"]), m
+    assert main(a + ["--jobs", "0"]) == 2
+    assert "--jobs" in capsys.readouterr().err

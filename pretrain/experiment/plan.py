@@ -124,6 +124,7 @@ class ExperimentConfig:
     keep_finetuned: bool = False
     device: str = "auto"
     threads: int | None = None
+    jobs: int = 1                    # stages run this many at a time (separate processes); results do not depend on it
     cache_dir: str | None = None
     progress: bool = True
     extra: dict = field(default_factory=dict)

@@ -132,6 +132,23 @@ def _finetune_stage(cfg: ExperimentConfig, model: Model, task: TaskSpec, seed: i
     return res
 
 
+def _worker_init(threads: int | None) -> None:
+    """A ``--jobs`` worker process: the same torch thread budget as the parent's."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def _pool(cfg: ExperimentConfig):
+    """Worker processes for ``--jobs N`` (spawned: CUDA cannot be forked)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=cfg.jobs, mp_context=mp.get_context("spawn"),
+                               initializer=_worker_init, initargs=(cfg.threads,))
+
+
 def _is_cached(res_path: Path, task: TaskSpec) -> bool:
     if not res_path.is_file():
         return False
@@ -166,6 +183,8 @@ def run_experiment(cfg: ExperimentConfig) -> dict:
         raise DenkiError(f"unknown size {cfg.size!r}; choose one of {sorted(SIZES)}")
     if cfg.seeds < 1:
         raise DenkiError("--seeds must be at least 1")
+    if cfg.jobs < 1:
+        raise DenkiError("--jobs must be at least 1")
     if not cfg.tasks:
         raise DenkiError("give at least one --tasks name")
     if len({t.name for t in cfg.tasks}) != len(cfg.tasks):
@@ -193,8 +212,17 @@ def run_experiment(cfg: ExperimentConfig) -> dict:
     tasks = [prepare_task_data(t, out, cfg.max_train, cfg.max_dev) for t in cfg.tasks]
 
     models: list[Model] = []
-    for b in cfg.budgets:
-        for obj in objectives:
+    plan = [(obj, b) for b in cfg.budgets for obj in objectives]
+    if cfg.jobs > 1 and len(plan) > 1:
+        # --jobs: the pretraining runs side by side (each one resumes on its own, as in the serial order)
+        with _pool(cfg) as ex:
+            futs = []
+            for obj, b in plan:
+                say(f"pretrain {obj} {cfg.size} at {b:.3g} FLOPs (in parallel, {cfg.jobs} at a time)")
+                futs.append(ex.submit(_pretrain_stage, cfg, obj, b))
+            models += [f.result() for f in futs]
+    else:
+        for obj, b in plan:
             say(f"pretrain {obj} {cfg.size} at {b:.3g} FLOPs")
             models.append(_pretrain_stage(cfg, obj, b))
     if cfg.random_init:
@@ -205,6 +233,10 @@ def run_experiment(cfg: ExperimentConfig) -> dict:
 
     # seeds outermost, and a report after every (seed, model): an interrupted run still leaves a complete
     # one-seed comparison behind, and later seeds only add the noise estimate
+    if cfg.jobs > 1:
+        report = _finetune_parallel(cfg, models, tasks, probes, out, say)
+        print(f"experiment: report in {out / 'report.md'} ({time.perf_counter() - t0:.0f}s this run)", flush=True)
+        return report
     results = []
     for s in range(cfg.seeds):
         for m in models:
@@ -221,4 +253,42 @@ def run_experiment(cfg: ExperimentConfig) -> dict:
                 report = build_report(cfg, models, tasks, results, probes)
                 write_report(out, report)
     print(f"experiment: report in {out / 'report.md'} ({time.perf_counter() - t0:.0f}s this run)", flush=True)
+    return report
+
+
+def _finetune_parallel(cfg: ExperimentConfig, models: list[Model], tasks: list[TaskSpec], probes: dict, out: Path,
+                       say) -> dict:
+    """``--jobs N``: every fine-tuning cell (seed, model, task) in N worker processes, the report rewritten as each
+    one finishes. Cells are independent runs with their own seeds, so the results equal the serial order's; only
+    the log lines interleave. Worth it where one run leaves the machine idle (a GPU driven by a small model's
+    per-step overhead; several CPU cores at one thread per run)."""
+    from concurrent.futures import as_completed
+
+    cells = [(s, m, t) for s in range(cfg.seeds) for m in models for t in tasks]
+    done: dict[int, dict] = {}
+    report = None
+
+    def record(i: int, r: dict) -> dict:
+        done[i] = r
+        return build_report(cfg, models, tasks, [done[k] for k in sorted(done)], probes)
+
+    with _pool(cfg) as ex:
+        futs = {}
+        for i, (s, m, t) in enumerate(cells):
+            if _is_cached(out / "finetune" / m.id / t.name / f"seed-{s}" / "result.json", t):
+                say(f"finetune {m.id} on {t.name} seed {s} (cached)")
+                done[i] = _finetune_stage(cfg, m, t, s)
+            else:
+                say(f"finetune {m.id} on {t.name} seed {s} (started, {cfg.jobs} at a time)")
+                futs[ex.submit(_finetune_stage, cfg, m, t, s)] = i
+        for f in as_completed(futs):
+            i = futs[f]
+            r = f.result()
+            s, m, t = cells[i]
+            print(f"    → {m.id} on {t.name} seed {s}: {t.metric} {r[t.metric]:.4f} ({r['seconds']:.0f}s)", flush=True)
+            report = record(i, r)
+            write_report(out, report)
+    if report is None:  # everything was cached
+        report = build_report(cfg, models, tasks, [done[k] for k in sorted(done)], probes)
+        write_report(out, report)
     return report
