@@ -15,6 +15,9 @@ ROWS = [  # (label, report)
     ("MLM 40 % (the tiny default), 2e14 FLOPs", DOCS / "qa-cc1/mlm-m40-2e14/report.json"),
     ("*MLM 15 %, 2e14 FLOPs (another machine)*", DOCS / "qa-top/report.json"),
     ("ELECTRA cc1 2e14, QA `--lr 3e-4` (seed 0)", DOCS / "qa-lr/electra-cc1-2e14-lr3e-4/report.json"),
+    # docs/qaseeds/run.sh: the encoders of pretraining seed 2 (QA fine-tuning seed 0), both on machine B
+    ("ELECTRA `--lr 1e-3 --cls-contrast 1`, 2e14, **pretraining seed 2**", DOCS / "qa-cc1/electra-cc1-2e14-s2/report.json"),
+    ("MLM 40 %, 2e14, **pretraining seed 2**", DOCS / "qa-cc1/mlm-m40-2e14-s2/report.json"),
 ]
 
 
