@@ -42,6 +42,16 @@ def experiment(tmp_path_factory, tiny_tokenizer_dir):
     return out, argv, first
 
 
+def _routing_only(argv: list[str], out) -> list[str]:
+    """The fixture's command with another --out, the routing task only and no ELECTRA-15% ablation."""
+    a = list(argv)
+    a[a.index("--out") + 1] = str(out)
+    keep = [i for i, x in enumerate(a) if x == "--task"]
+    a = a[:keep[1]] + a[keep[1] + 2:]
+    a.remove("--electra15")
+    return a
+
+
 def test_report_files_and_structure(experiment):
     out, _, _ = experiment
     for name in ("report.json", "report.md", "score_vs_flops.png", "experiment.json"):
@@ -146,11 +156,7 @@ def test_objectives_subset_and_pretraining_variant(experiment, tmp_path, capsys)
     """`--objectives electra --embeddings separate --pretrain-dropout 0 --mask-prob 0.25`: only that encoder is pretrained (with
     those settings, recorded), the report says them; a wrong objective name is a clear error."""
     _, argv, _ = experiment
-    a = list(argv)
-    a[a.index("--out") + 1] = str(tmp_path / "variant")
-    keep = [i for i, x in enumerate(a) if x == "--task"]
-    a = a[:keep[1]] + a[keep[1] + 2:]  # the routing task only
-    a.remove("--electra15")
+    a = _routing_only(argv, tmp_path / "variant")
     a += ["--objectives", "electra", "--embeddings", "separate", "--pretrain-dropout", "0", "--mask-prob", "0.25",
           "--no-random-init"]
     assert main(a) == 0
@@ -168,11 +174,7 @@ def test_jobs_run_stages_in_parallel_with_the_serial_results(experiment, tmp_pat
     """`--jobs 2`: the pretraining runs and then the fine-tuning runs go to 2 worker processes; every cell's
     score equals the serial run's (same seeds, one thread each), and the report is complete."""
     out, argv, _ = experiment
-    a = list(argv)
-    a[a.index("--out") + 1] = str(tmp_path / "jobs")
-    keep = [i for i, x in enumerate(a) if x == "--task"]
-    a = a[:keep[1]] + a[keep[1] + 2:]  # the routing task only
-    a.remove("--electra15")
+    a = _routing_only(argv, tmp_path / "jobs")
     capsys.readouterr()
     assert main(a + ["--jobs", "2"]) == 0
     text = capsys.readouterr().out
