@@ -36,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from models.io.fileio import atomic_write_json  # noqa: E402
 from pretrain.experiment.plan import budget_tag  # noqa: E402  (torch-free: only the stdlib and numpy)
 from pretrain.runlog import read_metrics  # noqa: E402
 
@@ -62,7 +63,7 @@ def torch_latency(router: Path, texts: list[str], device: str, iters: int = 50) 
     from transformers import AutoModelForSequenceClassification
 
     from models.text.tokenizer import load_tokenizer
-    from serve.bench_latency import _inputs_of_length
+    from serve.bench_latency import _inputs_of_length, _pct
 
     if (router / "bundle").is_dir():  # a fine-tuning run directory holds its bundle in bundle/
         router = router / "bundle"
@@ -89,10 +90,9 @@ def torch_latency(router: Path, texts: list[str], device: str, iters: int = 50) 
                         torch.cuda.synchronize()
                     if i >= 2:
                         ts.append(time.perf_counter() - t)
-            ms = np.asarray(ts) * 1e3
             rows.setdefault(f"PyTorch {dev.type} {dname}", {})[f"{'short' if n_tok == 32 else 'long'} b{bs}"] = {
-                "p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95)),
-                "throughput_seq_s": bs / float(np.median(ms) / 1e3), "n": len(ts)}
+                "p50_ms": _pct(ts, 50), "p95_ms": _pct(ts, 95), "throughput_seq_s": bs / float(np.median(ts)),
+                "n": len(ts)}
     gpu = torch.cuda.get_device_name(0) if dev.type == "cuda" else None
     return {"device": str(dev), "gpu": gpu, "torch": torch.__version__, "rows": rows}
 
@@ -149,9 +149,7 @@ def main(argv=None) -> int:
     def save() -> None:
         """gpu_tier.json after every step: a run cut short by a time limit still leaves what it measured."""
         res["wall_s"] = round(time.perf_counter() - t0, 1)
-        tmp = out / "gpu_tier.json.tmp"
-        tmp.write_text(json.dumps(res, ensure_ascii=False, indent=1), encoding="utf-8")
-        os.replace(tmp, out / "gpu_tier.json")
+        atomic_write_json(out / "gpu_tier.json", res)
 
     tok = a.tokenizer or str(out / "tok")
     if not a.tokenizer and not (out / "tok" / "vocab.txt").is_file():
@@ -180,7 +178,8 @@ def main(argv=None) -> int:
                 *(["--epochs", f"{a.epochs:g}"] if a.epochs else []), "--batch-size", str(a.batch_size),
                 "--device", a.device, "--jobs", str(a.jobs),
                 # CPU threads per job: the jobs share the machine's cores (on CUDA the CPU side only feeds the GPU)
-                "--threads", str(max(1, (os.cpu_count() or 1) // max(1, a.jobs))), "--keep-finetuned", "--cache-dir", cache, "--no-progress", "--out", str(exp)],
+                "--threads", str(max(1, (os.cpu_count() or 1) // max(1, a.jobs))), "--keep-finetuned",
+                "--cache-dir", cache, "--no-progress", "--out", str(exp)],
        log, "experiment")
     res["experiment"] = json.loads((exp / "report.json").read_text(encoding="utf-8"))
     save()

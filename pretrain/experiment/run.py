@@ -231,12 +231,16 @@ def run_experiment(cfg: ExperimentConfig) -> dict:
     texts = _probe_texts(cfg.corpus)
     probes = {m.id: cls_probe(m.bundle, texts, out / "probe" / f"{m.id}.json") for m in models}
 
-    # seeds outermost, and a report after every (seed, model): an interrupted run still leaves a complete
-    # one-seed comparison behind, and later seeds only add the noise estimate
-    if cfg.jobs > 1:
-        report = _finetune_parallel(cfg, models, tasks, probes, out, say)
-        print(f"experiment: report in {out / 'report.md'} ({time.perf_counter() - t0:.0f}s this run)", flush=True)
-        return report
+    report = (_finetune_parallel if cfg.jobs > 1 else _finetune_serial)(cfg, models, tasks, probes, out, say)
+    print(f"experiment: report in {out / 'report.md'} ({time.perf_counter() - t0:.0f}s this run)", flush=True)
+    return report
+
+
+def _finetune_serial(cfg: ExperimentConfig, models: list[Model], tasks: list[TaskSpec], probes: dict, out: Path,
+                     say) -> dict:
+    """Every fine-tuning cell in this process. Seeds outermost, and a report after every (seed, model): an
+    interrupted run still leaves a complete one-seed comparison behind, and later seeds only add the noise
+    estimate."""
     results = []
     for s in range(cfg.seeds):
         for m in models:
@@ -252,7 +256,6 @@ def run_experiment(cfg: ExperimentConfig) -> dict:
             if fresh or (s == cfg.seeds - 1 and m is models[-1]):
                 report = build_report(cfg, models, tasks, results, probes)
                 write_report(out, report)
-    print(f"experiment: report in {out / 'report.md'} ({time.perf_counter() - t0:.0f}s this run)", flush=True)
     return report
 
 
@@ -266,11 +269,11 @@ def _finetune_parallel(cfg: ExperimentConfig, models: list[Model], tasks: list[T
 
     cells = [(s, m, t) for s in range(cfg.seeds) for m in models for t in tasks]
     done: dict[int, dict] = {}
-    report = None
 
-    def record(i: int, r: dict) -> dict:
-        done[i] = r
-        return build_report(cfg, models, tasks, [done[k] for k in sorted(done)], probes)
+    def rewrite_report() -> dict:
+        rep = build_report(cfg, models, tasks, [done[k] for k in sorted(done)], probes)
+        write_report(out, rep)
+        return rep
 
     with _pool(cfg) as ex:
         futs = {}
@@ -281,14 +284,11 @@ def _finetune_parallel(cfg: ExperimentConfig, models: list[Model], tasks: list[T
             else:
                 say(f"finetune {m.id} on {t.name} seed {s} (started, {cfg.jobs} at a time)")
                 futs[ex.submit(_finetune_stage, cfg, m, t, s)] = i
+        report = None
         for f in as_completed(futs):
             i = futs[f]
-            r = f.result()
+            done[i] = r = f.result()
             s, m, t = cells[i]
             print(f"    → {m.id} on {t.name} seed {s}: {t.metric} {r[t.metric]:.4f} ({r['seconds']:.0f}s)", flush=True)
-            report = record(i, r)
-            write_report(out, report)
-    if report is None:  # everything was cached
-        report = build_report(cfg, models, tasks, [done[k] for k in sorted(done)], probes)
-        write_report(out, report)
-    return report
+            report = rewrite_report()
+    return report if report is not None else rewrite_report()  # everything cached: the report once
