@@ -68,7 +68,9 @@ def rtd_auc(pretrainer, original_ids: torch.Tensor, masked_ids: torch.Tensor, po
 
     The generator fills the masked positions by sampling (as in training); the discriminator scores every
     non-pad, non-[CLS] token, and none the loss skips (``pretrainer.unscored_ids``). Returns ``{"disc_auc",
-    "probe_replace_rate"}`` (AUC NaN when nothing was replaced).
+    "probe_recall", "probe_replace_rate"}``: recall = the share of replaced tokens scored above 0.5 (AUC and recall
+    NaN when nothing was replaced). The generator samples at temperature 1 whatever ``--gen-temperature`` trains
+    with, so that runs compare on the paper's corruption.
     """
     was = pretrainer.training
     pretrainer.eval()
@@ -85,7 +87,8 @@ def rtd_auc(pretrainer, original_ids: torch.Tensor, masked_ids: torch.Tensor, po
         keep &= candidate_mask(original_ids, getattr(pretrainer, "unscored_ids", ()))  # --disc-skip-special
     pretrainer.train(was)
     k = keep.cpu().numpy()
-    return {"disc_auc": roc_auc(scores.cpu().numpy()[k], labels.cpu().numpy()[k]),
+    s, y = scores.cpu().numpy()[k], labels.cpu().numpy()[k]
+    return {"disc_auc": roc_auc(s, y), "probe_recall": float((s[y] > 0).mean()) if y.any() else float("nan"),
             "probe_replace_rate": float(labels.sum()) / max(1, int(keep.sum()))}
 
 

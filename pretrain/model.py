@@ -105,6 +105,9 @@ class RTDPretrainer(nn.Module):
             self.disc_mlm_head = ElectraGeneratorPredictions(dcfg)
             self.disc_mlm_bias = nn.Parameter(torch.zeros(dcfg.vocab_size))
         self.sampler = inverse_cdf_sample  # replaceable in tests
+        #: the generator's sampling temperature in training (``--gen-temperature``): > 1 flattens its distribution,
+        #: so replacements are less plausible and easier to detect; 1 = the paper's. The probe always samples at 1.
+        self.gen_temperature = 1.0
         #: weight of the [CLS] contrastive loss (:meth:`enable_cls_contrast`); 0 = the paper's objective
         self.cls_contrast = 0.0
         self.cls_proj_disc = self.cls_proj_gen = None
@@ -183,7 +186,8 @@ class RTDPretrainer(nn.Module):
         targets = original_ids[positions]                       # (M,)
         logits, gen_cls = self._generator(masked_ids, attention_mask, positions)
         mlm_loss = F.cross_entropy(logits.float(), targets)
-        sampled = self.sampler(logits)                          # (M,), no grad
+        # (M,), no grad; at --gen-temperature T ≠ 1 from softmax(logits / T)
+        sampled = self.sampler(logits / self.gen_temperature if self.gen_temperature != 1.0 else logits)
         disc_input = original_ids.clone()
         disc_input[positions] = sampled
         # a sampled token equal to the original is labelled "original"

@@ -115,7 +115,7 @@ def default_mask_prob(size: str, objective: str, init_from=None) -> float:
 IDENTITY_KEYS = ("corpus_sha256", "tokenizer", "size", "objective", "batch_size", "seq_len", "lr", "seed",
                  "mask_prob", "gen_size", "disc_weight", "max_flops", "steps", "warmup_steps", "weight_decay",
                  "world_size", "embeddings", "dropout", "init_from", "gen_init", "gen_layers", "disc_skip_special",
-                 "adam_eps", "cls_contrast")
+                 "adam_eps", "cls_contrast", "gen_temperature")
 
 
 @dataclass
@@ -147,6 +147,8 @@ class PretrainConfig:
     #: RTD: weight of a [CLS] contrastive loss between the discriminator's and the generator's views
     #: (model.RTDPretrainer.enable_cls_contrast); 0 = off, the paper's objective; None = default_cls_contrast
     cls_contrast: float | None = None
+    #: RTD: the generator's sampling temperature in training (model.RTDPretrainer.gen_temperature); 1 = the paper's
+    gen_temperature: float = 1.0
     #: dropout during pretraining (hidden and attention); None = the preset's 0.1. The exported bundle always
     #: carries the fine-tuning dropout (models.bundle.presets.FINETUNE_DROPOUT), whatever was used here.
     dropout: float | None = None
@@ -236,7 +238,8 @@ def _identity(cfg: PretrainConfig, shas: list[str], tok_fp: str, world: int, lr:
             "embeddings": None if cfg.share_embeddings or cfg.objective not in RTD_OBJECTIVES else "separate",
             "dropout": cfg.dropout,
             "disc_skip_special": True if cfg.disc_skip_special else None,  # RTD only: checked before
-            "adam_eps": cfg.adam_eps, "cls_contrast": cfg.cls_contrast or None}
+            "adam_eps": cfg.adam_eps, "cls_contrast": cfg.cls_contrast or None,
+            "gen_temperature": cfg.gen_temperature if cfg.gen_temperature != 1.0 else None}
 
 
 def _check_same_run(out: Path, ident: dict) -> None:
@@ -422,6 +425,11 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
                          "generator's and the discriminator's views")
     if not (cfg.cls_contrast >= 0 and math.isfinite(cfg.cls_contrast)):
         raise DenkiError(f"--cls-contrast {cfg.cls_contrast}: give a weight ≥ 0")
+    if not (cfg.gen_temperature > 0 and math.isfinite(cfg.gen_temperature)):
+        raise DenkiError(f"--gen-temperature {cfg.gen_temperature}: give a temperature > 0")
+    if cfg.gen_temperature != 1.0 and cfg.objective not in RTD_OBJECTIVES:
+        raise DenkiError("--gen-temperature goes with a replaced-token-detection objective (electra*): MLM samples "
+                         "nothing")
     shas = [file_sha256(p) for p in cfg.corpus]
     lr = cfg.lr if cfg.lr is not None else default_lr(lr_size, cfg.objective, planned)
     ident = _identity(cfg, shas, tok.fingerprint(), world, lr, cfg.warmup_steps, init_ident)
@@ -488,6 +496,8 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
                         "share_embeddings": cfg.share_embeddings}
     if cfg.cls_contrast:  # new parameters: before the optimizer is built and a checkpoint is loaded
         model.enable_cls_contrast(cfg.cls_contrast)
+    if cfg.objective in RTD_OBJECTIVES:
+        model.gen_temperature = float(cfg.gen_temperature)
     warmup = cfg.warmup_steps if cfg.warmup_steps is not None else min(10000, max(1, total_steps // 10))
     optimizer = build_optimizer(model, lr, weight_decay=cfg.weight_decay, fused=device.type == "cuda",
                                 eps=cfg.adam_eps)
@@ -609,6 +619,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
             if not cfg.progress and last_row is not None:
                 # no bar (background jobs, logs): one plain line per checkpoint instead
                 d = f", disc AUC {diag['disc_auc']:.3f}" if diag and diag.get("disc_auc") is not None else ""
+                d += f" R {diag['probe_recall']:.3f}" if d and diag.get("probe_recall") is not None else ""
                 print(f"pretrain: step {step}/{total_steps}, FLOPs {flops:.3g}{budget}, loss {last_row['loss']:.3f}, "
                       f"gen_acc {last_row.get('gen_acc') or 0:.3f}{d}, "
                       f"{wall_before + time.perf_counter() - t_start:.0f} s", flush=True)
@@ -671,6 +682,7 @@ def _source(cfg: PretrainConfig, shas, tok_fp, summary, init_record: dict | None
             "embeddings": ("shared" if cfg.share_embeddings else "separate") if cfg.objective in RTD_OBJECTIVES
             else None, "disc_skip_special": bool(cfg.disc_skip_special) if cfg.objective in RTD_OBJECTIVES else None,
             "adam_eps": cfg.adam_eps, "cls_contrast": cfg.cls_contrast or None,
+            "gen_temperature": cfg.gen_temperature if cfg.objective in RTD_OBJECTIVES else None,
             "pretrain_dropout": cfg.dropout, "command": command_line()}
 
 

@@ -369,6 +369,56 @@ def test_probe_auc_leaves_out_the_tokens_the_disc_loss_skips():
     assert rtd_auc(m, ids, mk.input_ids, mk.positions, am)["disc_auc"] == pytest.approx(want(keep))
 
 
+def test_probe_recall_is_the_share_of_replaced_tokens_scored_replaced():
+    from pretrain.diagnostics import rtd_auc
+
+    m, ids, am, mk, _, disc_in = _shifted_replacements("electra")
+    logits = m.discriminator(input_ids=disc_in, attention_mask=am).logits.detach()
+    replaced = (disc_in != ids) & am.bool()
+    replaced[:, 0] = False
+    with torch.no_grad():  # a bias that puts some replaced tokens on each side of 0.5
+        m.discriminator.discriminator_predictions.dense_prediction.bias -= float(logits[replaced].median())
+    logits = m.discriminator(input_ids=disc_in, attention_mask=am).logits.detach()
+    want = float((logits[replaced] > 0).float().mean())
+    assert 0.2 < want < 0.8
+    assert rtd_auc(m, ids, mk.input_ids, mk.positions, am)["probe_recall"] == pytest.approx(want)
+
+
+def test_gen_temperature_flattens_the_training_samples_but_not_the_probes():
+    """``--gen-temperature T``: the generator's replacements in training come from softmax(logits / T); the probe
+    corrupts at T = 1 whatever T is, so that runs compare on the paper's corruption."""
+    from pretrain.diagnostics import rtd_auc
+    from pretrain.model import build_pretrainer
+
+    torch.manual_seed(0)
+    d, g = _configs(300)
+    m = build_pretrainer("electra", d, g, 50.0).eval()
+    ids, am = _batch()
+    mk = mask_tokens(ids, mask_prob=0.3, mask_id=MASK, special_ids=SPECIAL, vocab_size=300)
+    seen = []
+    sampler = m.sampler
+    m.sampler = lambda logits: (seen.append(logits), sampler(logits))[1]
+    m(ids, mk.input_ids, mk.positions, am)
+    m.gen_temperature = 4.0
+    m(ids, mk.input_ids, mk.positions, am)
+    assert torch.allclose(seen[1] * 4.0, seen[0], atol=1e-5)  # the same logits, divided by T
+    rtd_auc(m, ids, mk.input_ids, mk.positions, am)
+    assert torch.allclose(seen[2], seen[0], atol=1e-5)  # the probe samples at T = 1
+
+
+def test_gen_temperature_is_part_of_the_run_identity_and_manifest(tiny_tokenizer_dir, cache_dir, tmp_path):
+    a = _cfg(tiny_tokenizer_dir, tmp_path / "a", cache_dir, steps=2, export=True, gen_temperature=2.0)
+    assert run_pretrain(a)["finished"]
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["identity"]["gen_temperature"] == 2.0
+    assert json.loads((tmp_path / "a" / "bundle" / "manifest.json").read_text())["source"]["gen_temperature"] == 2.0
+    with pytest.raises(DenkiError, match="gen_temperature"):
+        run_pretrain(replace(a, gen_temperature=1.0))  # another run
+    with pytest.raises(DenkiError, match="gen-temperature"):
+        run_pretrain(replace(a, out=str(tmp_path / "z"), gen_temperature=0.0))
+    with pytest.raises(DenkiError, match="gen-temperature"):
+        run_pretrain(replace(a, out=str(tmp_path / "m"), objective="mlm", gen_temperature=2.0))
+
+
 def test_disc_skip_special_is_part_of_the_run_identity_and_manifest(tiny_tokenizer_dir, cache_dir, tmp_path):
     a = _cfg(tiny_tokenizer_dir, tmp_path / "a", cache_dir, steps=2, export=True, disc_skip_special=True)
     assert run_pretrain(a)["finished"]
@@ -681,8 +731,9 @@ def test_probe_logged_at_checkpoints_kept_in_summary_and_manifest(tiny_tokenizer
     probed = [r["step"] for r in rows if "cls_spread" in r]
     assert probed == [3, 6]  # save_every=3 and the last step, even where log_every=5 would not log
     d = s["diagnostics"]
-    assert set(d) == {"cls_spread", "mean_spread", "disc_auc", "probe_replace_rate"}
+    assert set(d) == {"cls_spread", "mean_spread", "disc_auc", "probe_recall", "probe_replace_rate"}
     assert d["cls_spread"] >= 0 and 0 <= d["disc_auc"] <= 1 and 0 < d["probe_replace_rate"] < 0.2
+    assert 0 <= d["probe_recall"] <= 1
     assert read_manifest(tmp_path / "p" / "bundle")["metrics"]["diagnostics"] == d
     # MLM: spreads only (no discriminator)
     m = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "m", cache_dir, objective="mlm"))
