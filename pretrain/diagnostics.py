@@ -70,26 +70,36 @@ def rtd_auc(pretrainer, original_ids: torch.Tensor, masked_ids: torch.Tensor, po
     non-pad, non-[CLS] token, and none the loss skips (``pretrainer.unscored_ids``). Returns ``{"disc_auc",
     "probe_recall", "probe_replace_rate"}``: recall = the share of replaced tokens scored above 0.5 (AUC and recall
     NaN when nothing was replaced). The generator samples at temperature 1 whatever ``--gen-temperature`` trains
-    with, so that runs compare on the paper's corruption.
+    with, so that runs compare on the paper's corruption; a run trained at T ≠ 1 also gets ``disc_auc_own_t``, the
+    AUC on a second corruption drawn at its own T (the task it learns, which the health check judges).
     """
     was = pretrainer.training
     pretrainer.eval()
-    with torch.no_grad():
-        logits = pretrainer.generator_logits(masked_ids, attention_mask, positions)
+    keep = attention_mask.bool().clone()
+    keep[:, 0] = False  # [CLS] is never replaced: a free "original"
+    keep &= candidate_mask(original_ids, getattr(pretrainer, "unscored_ids", ()))  # --disc-skip-special
+    k = keep.cpu().numpy()
+
+    def judge(logits):  # (M, V) generator logits → (scores, labels) of the judged tokens, 1-D numpy
         disc_input = original_ids.clone()
         disc_input[positions] = pretrainer.sampler(logits)
         labels = (disc_input != original_ids) & attention_mask.bool()
         hidden = pretrainer.discriminator.electra(input_ids=disc_input,
                                                   attention_mask=attention_mask).last_hidden_state
         scores = pretrainer.discriminator.discriminator_predictions(hidden).float()  # (B, L)
-        keep = attention_mask.bool().clone()
-        keep[:, 0] = False  # [CLS] is never replaced: a free "original"
-        keep &= candidate_mask(original_ids, getattr(pretrainer, "unscored_ids", ()))  # --disc-skip-special
+        return scores.cpu().numpy()[k], labels.cpu().numpy()[k]
+
+    t = float(getattr(pretrainer, "gen_temperature", 1.0))
+    with torch.no_grad():
+        logits = pretrainer.generator_logits(masked_ids, attention_mask, positions)
+        s, y = judge(logits)
+        own = judge(logits / t) if t != 1.0 else None
     pretrainer.train(was)
-    k = keep.cpu().numpy()
-    s, y = scores.cpu().numpy()[k], labels.cpu().numpy()[k]
-    return {"disc_auc": roc_auc(s, y), "probe_recall": float((s[y] > 0).mean()) if y.any() else float("nan"),
-            "probe_replace_rate": float(labels.sum()) / max(1, int(keep.sum()))}
+    out = {"disc_auc": roc_auc(s, y), "probe_recall": float((s[y] > 0).mean()) if y.any() else float("nan"),
+           "probe_replace_rate": float(y.sum()) / max(1, int(k.sum()))}
+    if own is not None:
+        out["disc_auc_own_t"] = roc_auc(*own)
+    return out
 
 
 PROBE_SEED = 20_201  # fixed: the probe batch and its corruption are the same at every step of every run

@@ -74,6 +74,8 @@ def load_pretrainer(checkpoint: str | os.PathLike):
     cls_contrast = state.get("identity", {}).get("cls_contrast")
     if cls_contrast:  # --cls-contrast: its projections are in the checkpoint (not in the bundle)
         model.enable_cls_contrast(cls_contrast)
+    if hasattr(model, "gen_temperature"):  # --gen-temperature: a training setting, kept in the run's identity
+        model.gen_temperature = float(state.get("identity", {}).get("gen_temperature") or 1.0)
     load_checkpoint(ckpt, model, restore_rng_states=False)
     return model, ckpt, state
 

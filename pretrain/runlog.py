@@ -7,7 +7,8 @@ import json
 import os
 from pathlib import Path
 
-DIAG_KEYS = ("cls_spread", "mean_spread", "disc_auc", "probe_recall", "probe_replace_rate")
+DIAG_KEYS = ("cls_spread", "mean_spread", "disc_auc", "disc_auc_own_t", "probe_recall",
+             "probe_replace_rate")
 
 
 def read_metrics(out: str | os.PathLike) -> list[dict]:

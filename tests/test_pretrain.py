@@ -402,8 +402,22 @@ def test_gen_temperature_flattens_the_training_samples_but_not_the_probes():
     m.gen_temperature = 4.0
     m(ids, mk.input_ids, mk.positions, am)
     assert torch.allclose(seen[1] * 4.0, seen[0], atol=1e-5)  # the same logits, divided by T
-    rtd_auc(m, ids, mk.input_ids, mk.positions, am)
-    assert torch.allclose(seen[2], seen[0], atol=1e-5)  # the probe samples at T = 1
+    d = rtd_auc(m, ids, mk.input_ids, mk.positions, am)
+    assert torch.allclose(seen[2], seen[0], atol=1e-5)  # the probe samples at T = 1 ...
+    assert torch.allclose(seen[3] * 4.0, seen[0], atol=1e-5)  # ... and again at the run's own T
+    assert 0 <= d["disc_auc_own_t"] <= 1
+    m.gen_temperature = 1.0
+    assert "disc_auc_own_t" not in rtd_auc(m, ids, mk.input_ids, mk.positions, am)
+
+
+def test_health_check_judges_a_tempered_run_on_its_own_corruption():
+    from models.training.pretrain_health import verdict
+
+    # measured at T = 3, 1e14 FLOPs: AUC 0.596 on the paper's corruption, above random init after fine-tuning
+    assert "AUC 0.58" in verdict({"cls_spread": 0.7, "mean_spread": 0.4, "disc_auc": 0.58})
+    assert verdict({"cls_spread": 0.7, "mean_spread": 0.4, "disc_auc": 0.58, "disc_auc_own_t": 0.71}) is None
+    w = verdict({"cls_spread": 0.7, "mean_spread": 0.4, "disc_auc": 0.70, "disc_auc_own_t": 0.55})
+    assert "AUC 0.55 on replacements drawn at its --gen-temperature" in w
 
 
 def test_gen_temperature_is_part_of_the_run_identity_and_manifest(tiny_tokenizer_dir, cache_dir, tmp_path):
