@@ -110,7 +110,8 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
                                                                   ident.get("corpus_sha256", []))],
               "tokenizer": ident.get("tokenizer"), "seed": ident.get("seed"), "steps": state["step"],
               "tokens": state["tokens"], "flops": state["flops"], "max_flops": ident.get("max_flops"),
-              **{k: ident.get(k) for k in ("disc_skip_special", "adam_eps", "cls_contrast", "gen_temperature") if ident.get(k)},
+              **{k: ident.get(k) for k in ("disc_skip_special", "adam_eps", "cls_contrast", "gen_temperature")
+                 if ident.get(k)},
               "command": command_line()}
     gen = model.generator if init and mc["objective"] != "mlm" else None
     return export_bundle(model.export_model, tok_dir, out_dir, source=source, metrics=bundle_metrics(summary),

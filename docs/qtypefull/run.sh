@@ -27,3 +27,5 @@ run mlm-m40-2e14-s2 --model runs/top/mlm-m40-2e14-s2/bundle    # TAG=s0b SEED=0 
 run electra-cc1-2e14-s1 --model runs/hybrid/electra-cc1-lr1e3s1-2e14/bundle  # (earlier machines' encoders, if present)
 run electra-cc1-2e14 --model runs/hybrid/electra-cc1-lr1e3-2e14/bundle
 run mlm-m40-2e14 --model runs/top/mlm-m40-2e14/bundle
+run electra-cc1-t3-2e14 --model runs/hybrid/electra-cc1-t3-2e14/bundle      # --gen-temperature 3 (docs/gentemp1e14):
+run electra-cc1-t3s1-2e14 --model runs/hybrid/electra-cc1-t3s1-2e14/bundle  #   seeds 0 and 1 on machine B
