@@ -31,6 +31,15 @@ ROWS = [
 ]
 
 
+#: jaquad-qtype on its full dev file with the default (balanced) loss: docs/qtypefull/run.sh's report per row
+FULL_DEV = {None: "seeds2e14/qtypefull__random-balanced__report.json",
+            "electra-cc1-lr1e3s0b-2e14": "seeds2e14/qtypefull__electra-cc1-2e14-s0b-balanced__report.json",
+            "electra-cc1-lr1e3s1b-2e14": "seeds2e14/qtypefull__electra-cc1-2e14-s1b-balanced__report.json",
+            "electra-cc1-lr1e3s2-2e14": "seeds2e14/qtypefull__electra-cc1-2e14-s2-balanced__report.json",
+            "electra-cc1-t3-2e14": "gentemp1e14/qtypefull-electra-cc1-t3-2e14-balanced.json",
+            "electra-cc1-t3s1-2e14": "gentemp1e14/qtypefull-electra-cc1-t3s1-2e14-balanced.json"}
+
+
 def keep(run: str) -> None:
     """Copy a finished run's summary, metrics and fine-tuning reports from runs/hybrid into this folder."""
     if not (R / run / "summary.json").is_file():
@@ -40,6 +49,10 @@ def keep(run: str) -> None:
     for task in TASKS:
         if (R / f"ft-{run}-{task}" / "report.json").is_file():
             shutil.copyfile(R / f"ft-{run}-{task}" / "report.json", HERE / f"ft-{run}-{task}.json")
+    for w in ("none", "balanced"):
+        src = Path("runs/qtypefull") / f"{run}-{w}" / "report.json"
+        if src.is_file():
+            shutil.copyfile(src, HERE / f"qtypefull-{run}-{w}.json")
 
 
 def cell(path: Path):
@@ -59,7 +72,7 @@ def main() -> None:
     fmt = lambda c: "—" if c is None else f"{c['median']:.3f} ({c['min']:.3f}–{c['max']:.3f})"  # noqa: E731
     lines = ["| encoder (tiny ELECTRA --cls-contrast 1, lr 1e-3) | machine | FLOPs | seed | gen acc | disc recall / P "
              "(training, at T) | probe recall, AUC (T = 1) | probe AUC (own T) | [CLS] spread | livedoor-title | "
-             "jaquad-qtype |", "|---|---|---|---|---:|---|---|---:|---:|---|---|"]
+             "jaquad-qtype | jaquad-qtype, full dev, balanced |", "|---|---|---|---|---:|---|---|---:|---:|---|---|---|"]
     report = []
     for name, machine, flops, t, seed, run, where, ft in ROWS:
         pre, rows = {}, []
@@ -72,6 +85,8 @@ def main() -> None:
         recall = d.get("probe_recall", rp.get("probe_recall"))
         own = d.get("disc_auc_own_t", rp.get("disc_auc_own_t"))
         cells = {task: cell(DOCS / ft.format(run=run, task=task)) for task in TASKS}
+        if machine == "B" and (run in FULL_DEV or run is None):
+            cells["jaquad-qtype-full-dev-balanced"] = cell(DOCS / FULL_DEV[run])
         report.append({"encoder": name, "machine": machine, "flops": flops, "gen_temperature": t, "seed": seed,
                        "run": run, "gen_acc": f.get("gen_acc"), "disc_recall": f.get("disc_recall"),
                        "disc_precision": f.get("disc_precision"), "probe_recall": recall,
@@ -81,7 +96,8 @@ def main() -> None:
         probe = "–" if d.get("disc_auc") is None else f"{f3(recall)}, {f3(d['disc_auc'])}"
         lines.append(f"| {name} | {machine} | {flops or '–'} | {seed or '–'} | {f3(f.get('gen_acc'))} | {disc} | "
                      f"{probe} | {f3(own) if t and t != 1 else '–'} | {f3(d.get('cls_spread'))} | "
-                     f"{fmt(cells['livedoor-title'])} | {fmt(cells['jaquad-qtype'])} |")
+                     f"{fmt(cells['livedoor-title'])} | {fmt(cells['jaquad-qtype'])} | "
+                     f"{fmt(cells.get('jaquad-qtype-full-dev-balanced'))} |")
     (HERE / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     (HERE / "report.md").write_text(
         "# The generator's sampling temperature (--gen-temperature), issue 15\n\nDev macro-F1, median (min–max) of "
