@@ -129,3 +129,37 @@ def run_probe(pretrainer, ids: torch.Tensor, *, pad_id: int, mask_fn) -> dict[st
         return out
     finally:
         torch.set_rng_state(state)
+
+
+def load_run_probe(run):
+    """A finished (or stopped) run's probe, rebuilt from its newest checkpoint: ``(model, checkpoint_dir, probe)``
+    where ``probe()`` runs :func:`run_probe` on the run's own probe batch (``probe.ids``, ``(n, L)``) and
+    corruption (its corpus cache, tokenizer, sequence length and mask rate). For re-probing runs that finished before a probe field existed
+    (docs/*/reprobe.py); ``model`` is the whole pretrainer, with the run's ``gen_temperature``."""
+    import json
+    from pathlib import Path
+
+    from models.text.tokenizer import JapaneseTokenizer
+
+    from .data import build_token_cache
+    from .export import load_pretrainer
+    from .masking import ELECTRA_SPLIT, mask_tokens
+
+    run = Path(run)
+    meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
+    c, ident = meta["config"], meta["identity"]
+    tok = JapaneseTokenizer.load(run / "tokenizer")
+    cache = build_token_cache(c["corpus"], tok, c["cache_dir"], progress=False, corpus_shas=ident["corpus_sha256"])
+    model, last, _ = load_pretrainer(run)
+    ids = probe_batch(cache, c["seq_len"], cls_id=tok.cls_id, pad_id=tok.pad_id)
+    special = (tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id)
+
+    def mask_fn(x):
+        return mask_tokens(x, mask_prob=ident["mask_prob"], mask_id=tok.mask_id, special_ids=special,
+                           vocab_size=tok.vocab_size, split=ELECTRA_SPLIT, first_regular_id=len(tok.special_ids))
+
+    def probe() -> dict[str, float]:
+        return run_probe(model, ids, pad_id=tok.pad_id, mask_fn=mask_fn)
+
+    probe.ids = ids  # (n, L) the probe batch
+    return model, last, probe

@@ -410,6 +410,20 @@ def test_gen_temperature_flattens_the_training_samples_but_not_the_probes():
     assert "disc_auc_own_t" not in rtd_auc(m, ids, mk.input_ids, mk.positions, am)
 
 
+def test_reprobe_from_the_last_checkpoint_reproduces_the_logged_probe(tiny_tokenizer_dir, cache_dir, tmp_path):
+    """``load_run_probe`` (docs/*/reprobe.py) rebuilds a finished run's probe: same batch, same corruption, same
+    figures as its summary — here for a run trained at --gen-temperature 2, which also gets ``disc_auc_own_t``."""
+    from pretrain.diagnostics import load_run_probe
+
+    s = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "p", cache_dir, steps=4, gen_temperature=2.0))
+    model, last, probe = load_run_probe(tmp_path / "p")
+    assert last.name.endswith("4") and model.gen_temperature == 2.0 and probe.ids.shape[0] > 0
+    again = probe()
+    assert set(again) == set(s["diagnostics"]) and "disc_auc_own_t" in again
+    for k, v in s["diagnostics"].items():
+        assert again[k] == pytest.approx(v, abs=1e-6), k
+
+
 def test_health_check_judges_a_tempered_run_on_its_own_corruption():
     from models.training.pretrain_health import verdict
 

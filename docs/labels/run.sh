@@ -29,3 +29,5 @@ run electra-cc1-2e14-s0b --model runs/hybrid/electra-cc1-lr1e3s0b-2e14/bundle  #
 run electra-cc1-2e14-s1b --model runs/hybrid/electra-cc1-lr1e3s1b-2e14/bundle  # … run.sh lr1e3s0b / lr1e3s1b --seed 1
 run mlm-m40-2e14-s0b --model runs/top/mlm-m40-2e14-s0b/bundle  # MLM 40 % seeds 0 (again) and 2 on machine B:
 run mlm-m40-2e14-s2 --model runs/top/mlm-m40-2e14-s2/bundle    # TAG=s0b SEED=0 / SEED=2 bash docs/top2e14/m40.sh
+run electra-cc1-t3-2e14 --model runs/hybrid/electra-cc1-t3-2e14/bundle      # --gen-temperature 3 (docs/gentemp1e14):
+run electra-cc1-t3s1-2e14 --model runs/hybrid/electra-cc1-t3s1-2e14/bundle  #   seeds 0 and 1 on machine B

@@ -13,28 +13,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from models.text.tokenizer import JapaneseTokenizer  # noqa: E402
-from pretrain.data import build_token_cache  # noqa: E402
-from pretrain.diagnostics import probe_batch, run_probe  # noqa: E402
-from pretrain.export import load_pretrainer  # noqa: E402
-from pretrain.masking import ELECTRA_SPLIT, mask_tokens  # noqa: E402
+from pretrain.diagnostics import load_run_probe  # noqa: E402
 
 for run in map(Path, sys.argv[1:]):
-    meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
-    c, ident = meta["config"], meta["identity"]
+    c = json.loads((run / "run.json").read_text(encoding="utf-8"))["config"]
     tok = JapaneseTokenizer.load(run / "tokenizer")
-    cache = build_token_cache(c["corpus"], tok, c["cache_dir"], progress=False, corpus_shas=ident["corpus_sha256"])
-    model, last, _ = load_pretrainer(run)  # the newest checkpoint
-    ids = probe_batch(cache, c["seq_len"], cls_id=tok.cls_id, pad_id=tok.pad_id)
-    special = (tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id)
-
-    def mask_fn(x):
-        return mask_tokens(x, mask_prob=ident["mask_prob"], mask_id=tok.mask_id, special_ids=special,
-                           vocab_size=tok.vocab_size, split=ELECTRA_SPLIT, first_regular_id=len(tok.special_ids))
-
-    old = run_probe(model, ids, pad_id=tok.pad_id, mask_fn=mask_fn)
+    model, last, probe = load_run_probe(run)  # the newest checkpoint
+    ids = probe.ids
+    old = probe()
     row = {"run": str(run), "checkpoint": last.name, "sep_share": float((ids == tok.sep_id).sum() / (ids != tok.pad_id).sum()),
            "disc_auc_all_but_cls": old["disc_auc"]}
     if c.get("disc_skip_special"):
         model.skip_in_disc_loss((tok.cls_id, tok.sep_id))
-        row["disc_auc_scored_only"] = run_probe(model, ids, pad_id=tok.pad_id, mask_fn=mask_fn)["disc_auc"]
+        row["disc_auc_scored_only"] = probe()["disc_auc"]
     print(json.dumps(row), flush=True)
