@@ -2,8 +2,8 @@
 pretraining diagnostics and its routers (dev macro-F1, median (min–max) of 3 fine-tuning seeds; the 2,000 / 500
 task samples; --class-weights none), beside the controls measured on the same machine.
     python docs/gentemp1e14/summarize.py     (reads runs/hybrid where present, else the copies kept here)
-Runs: docs/gentemp1e14/run.sh (1e14) and `BUDGET=2e14 CORE=N bash docs/cc1e14/run.sh t3[s1] --gen-temperature 3
-[--seed 1]` (2e14). Controls: docs/seeds2e14 (machine B: random init, T = 1 at 2e14, pretraining seeds 0b/1b/2) and
+Runs: `CORE=N bash docs/cc1e14/run.sh t2|t3 --gen-temperature 2|3` (1e14) and `BUDGET=2e14 CORE=N bash
+docs/cc1e14/run.sh t3[s1] --gen-temperature 3 [--seed 1]` (2e14). Controls: docs/seeds2e14 (machine B: random init, T = 1 at 2e14, pretraining seeds 0b/1b/2) and
 docs/cc1e14 (machine A: random init, T = 1 at 1e14, seeds 0–2). reprobe.jsonl: docs/gentemp1e14/reprobe.py."""
 import json
 import shutil
