@@ -4,6 +4,11 @@
 #
 #   bash bench/gpu_tier_lent.sh pack     # here (network for pip download): fills the ignored folder .gpu/
 #   bash bench/gpu_tier_lent.sh run      # there, with .gpu carried; results under $OUT (or /tmp/gt-out)
+#   bash bench/gpu_tier_lent.sh lever -- --cls-contrast 1    # there: one pretraining lever at the tier's budget
+#
+# `lever` is for the device time left after `run`: ELECTRA-Small pretrained alone at BUDGET (default 2e15, the
+# tier's calibrated budget on the H200) with the extra `denki pretrain` options given after --, then livedoor-title
+# fine-tuned with SEEDS (default 3) seeds side by side, to compare with the tier's ELECTRA/MLM/random rows.
 #
 # What travels in .gpu/ (~43 MB): the wheels denki needs beyond that machine's image, at denki's pins
 # (transformers 4.57.6, tokenizers 0.22.2, huggingface-hub 0.36.2, optimum 2.1.0, optimum-onnx 0.1.0, fugashi 1.5.2
@@ -36,7 +41,7 @@ for line in sys.stdin:
     --vocab-size 8000 --mecab-dic ipadic --out $G/tok
   du -sh $G
   ;;
-run)
+run|lever)
   OUT=${OUT:-/tmp/gt-out}
   mkdir -p "$OUT"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $G/whl/*.whl
@@ -48,6 +53,30 @@ run)
 print(sys.version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__,
       "onnxruntime", o.__version__, o.get_available_providers(), "cuda", torch.cuda.is_available())' \
     | tee -a "$OUT/env.txt"
+  if [ "$1" = lever ]; then
+    shift; [ "${1:-}" = -- ] && shift
+    set +e
+    L=${LEVER_DIR:-/tmp/gl}; mkdir -p $L
+    D=$G/data
+    # pretraining, then SEEDS fine-tuning processes at once (one run uses ~1 % of the GPU), all under LIMIT
+    export G D L BUDGET=${BUDGET:-2e15} SEEDS=${SEEDS:-3} LEVER="$*"
+    timeout "${LIMIT:-300}" bash -c '
+      python3 -m app.cli pretrain --corpus $D/corpus_manpages_ja.txt.gz $D/corpus_wiki_ja.txt.gz --tokenizer $G/tok \
+        --size small --objective electra --max-flops $BUDGET --batch-size 128 --device ${DEVICE:-cuda} --no-progress \
+        --save-every 100000 --cache-dir $L/cache --out $L/pretrain $LEVER || exit 1
+      for s in $(seq 0 $((SEEDS - 1))); do
+        python3 -m app.cli finetune classify --model $L/pretrain/bundle --train $D/livedoor_train.jsonl.gz \
+          --dev $D/livedoor_dev.jsonl.gz --text-field title --seeds 1 --seed $s --device ${DEVICE:-cuda} \
+          --threads 4 --no-progress --no-baseline ${FT_ARGS:-} --out $L/ft-s$s > $L/ft-s$s.log 2>&1 &
+      done
+      wait' 2>&1 | tee "$OUT/log.txt"
+    rc=${PIPESTATUS[0]}
+    for f in $L/ft-s*.log; do echo "== $f"; tail -n 3 "$f"; done | tee -a "$OUT/log.txt"
+    tar czf "$OUT/reports.tgz" --exclude='*.safetensors' --exclude='*.onnx' --exclude='*.bin' --exclude='*.pt' \
+      --exclude=cache -C "$(dirname $L)" "$(basename $L)" 2>/dev/null
+    echo "gpu lever exit $rc"
+    exit "$rc"
+  fi
   # the tier itself, cut at LIMIT seconds so that what it measured still gets packed below
   set +e
   timeout "${LIMIT:-500}" python3 bench/gpu_tier.py --tokenizer $G/tok --data-dir $G/data --out /tmp/gt \
@@ -61,5 +90,5 @@ print(sys.version.split()[0], "torch", torch.__version__, "transformers", transf
   exit "$rc"
   ;;
 *)
-  echo "usage: bash bench/gpu_tier_lent.sh pack|run" >&2; exit 2 ;;
+  echo "usage: bash bench/gpu_tier_lent.sh pack|run|lever [-- PRETRAIN-OPTIONS]" >&2; exit 2 ;;
 esac
