@@ -4,8 +4,12 @@ task samples; --class-weights none), beside the controls measured on the same ma
     python docs/gentemp1e14/summarize.py     (reads runs/hybrid where present, else the copies kept here)
 Runs: `CORE=N bash docs/cc1e14/run.sh t2|t3 --gen-temperature 2|3` (1e14) and `BUDGET=2e14 CORE=N bash
 docs/cc1e14/run.sh t3[s1] --gen-temperature 3 [--seed 1]` (2e14). Controls: docs/seeds2e14 (machine B: random init, T = 1 at 2e14, pretraining seeds 0b/1b/2) and
-docs/cc1e14 (machine A: random init, T = 1 at 1e14, seeds 0–2). reprobe.jsonl: docs/gentemp1e14/reprobe.py."""
+docs/cc1e14 (machine A: random init, T = 1 at 1e14, seeds 0–2). Machine C (AMD EPYC without avx_vnni): a pair at
+pretraining seed 2, `BUDGET=2e14 CORE=0 bash docs/cc1e14/run.sh t3s2c --gen-temperature 3 --seed 2` and `… lr1e3s2c
+--seed 2` (T = 1), with its own random-init control (docs/clscontrast1e14/prepare.sh; run this script there as
+`CONTROL_MACHINE=C python docs/gentemp1e14/summarize.py` so that it keeps those reports). reprobe.jsonl: docs/gentemp1e14/reprobe.py."""
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -22,6 +26,10 @@ ROWS = [
     ("T = 1 (the default)", "B", "2e14", 1, "2", "electra-cc1-lr1e3s2-2e14", "seeds2e14", B2),
     ("**T = 3**", "B", "2e14", 3, "0", "electra-cc1-t3-2e14", "gentemp1e14", "gentemp1e14/ft-{run}-{task}.json"),
     ("**T = 3**", "B", "2e14", 3, "1", "electra-cc1-t3s1-2e14", "gentemp1e14", "gentemp1e14/ft-{run}-{task}.json"),
+    ("random init", "C", None, None, None, None, None, "gentemp1e14/ft-random-C-{task}.json"),
+    ("T = 1 (the default)", "C", "2e14", 1, "2c", "electra-cc1-lr1e3s2c-2e14", "gentemp1e14",
+     "gentemp1e14/ft-{run}-{task}.json"),
+    ("**T = 3**", "C", "2e14", 3, "2c", "electra-cc1-t3s2c-2e14", "gentemp1e14", "gentemp1e14/ft-{run}-{task}.json"),
     ("T = 2", "B", "1e14", 2, "0", "electra-cc1-t2-1e14", "gentemp1e14", "gentemp1e14/ft-{run}-{task}.json"),
     ("T = 3", "B", "1e14", 3, "0", "electra-cc1-t3-1e14", "gentemp1e14", "gentemp1e14/ft-{run}-{task}.json"),
     ("*random init*", "A", None, None, None, None, None, "cc1e14/ft-random-{task}.json"),
@@ -38,6 +46,24 @@ FULL_DEV = {None: "seeds2e14/qtypefull__random-balanced__report.json",
             "electra-cc1-lr1e3s2-2e14": "seeds2e14/qtypefull__electra-cc1-2e14-s2-balanced__report.json",
             "electra-cc1-t3-2e14": "gentemp1e14/qtypefull-electra-cc1-t3-2e14-balanced.json",
             "electra-cc1-t3s1-2e14": "gentemp1e14/qtypefull-electra-cc1-t3s1-2e14-balanced.json"}
+#: the same on machine C (the pair of pretraining seed 2c and its random-init control)
+FULL_DEV_C = {None: "gentemp1e14/qtypefull-random-C-balanced.json",
+              "electra-cc1-lr1e3s2c-2e14": "gentemp1e14/qtypefull-electra-cc1-lr1e3s2c-2e14-balanced.json",
+              "electra-cc1-t3s2c-2e14": "gentemp1e14/qtypefull-electra-cc1-t3s2c-2e14-balanced.json"}
+
+
+def keep_random_c() -> None:
+    """Machine C's random-init control (docs/clscontrast1e14/prepare.sh and docs/qtypefull/run.sh there), kept under
+    a -C name: the B control's reports are kept in docs/seeds2e14 under the same run names. Only with
+    CONTROL_MACHINE=C set: runs/ on another machine holds that machine's control."""
+    if os.environ.get("CONTROL_MACHINE") != "C":
+        return
+    for task in TASKS:
+        if (R / f"ft-random-{task}" / "report.json").is_file():
+            shutil.copyfile(R / f"ft-random-{task}" / "report.json", HERE / f"ft-random-C-{task}.json")
+    src = Path("runs/qtypefull/random-balanced/report.json")
+    if src.is_file():
+        shutil.copyfile(src, HERE / "qtypefull-random-C-balanced.json")
 
 
 def keep(run: str) -> None:
@@ -63,6 +89,7 @@ def cell(path: Path):
 
 
 def main() -> None:
+    keep_random_c()
     reprobe = {}
     if (HERE / "reprobe.jsonl").is_file():
         for line in (HERE / "reprobe.jsonl").read_text(encoding="utf-8").splitlines():
@@ -85,8 +112,9 @@ def main() -> None:
         recall = d.get("probe_recall", rp.get("probe_recall"))
         own = d.get("disc_auc_own_t", rp.get("disc_auc_own_t"))
         cells = {task: cell(DOCS / ft.format(run=run, task=task)) for task in TASKS}
-        if machine == "B" and (run in FULL_DEV or run is None):
-            cells["jaquad-qtype-full-dev-balanced"] = cell(DOCS / FULL_DEV[run])
+        full = {"B": FULL_DEV, "C": FULL_DEV_C}.get(machine, {})
+        if run in full:
+            cells["jaquad-qtype-full-dev-balanced"] = cell(DOCS / full[run])
         report.append({"encoder": name, "machine": machine, "flops": flops, "gen_temperature": t, "seed": seed,
                        "run": run, "gen_acc": f.get("gen_acc"), "disc_recall": f.get("disc_recall"),
                        "disc_precision": f.get("disc_precision"), "probe_recall": recall,

@@ -29,3 +29,5 @@ run electra-cc1-2e14 --model runs/hybrid/electra-cc1-lr1e3-2e14/bundle
 run mlm-m40-2e14 --model runs/top/mlm-m40-2e14/bundle
 run electra-cc1-t3-2e14 --model runs/hybrid/electra-cc1-t3-2e14/bundle      # --gen-temperature 3 (docs/gentemp1e14):
 run electra-cc1-t3s1-2e14 --model runs/hybrid/electra-cc1-t3s1-2e14/bundle  #   seeds 0 and 1 on machine B
+run electra-cc1-lr1e3s2c-2e14 --model runs/hybrid/electra-cc1-lr1e3s2c-2e14/bundle  # pretraining seed 2 of T = 1 and
+run electra-cc1-t3s2c-2e14 --model runs/hybrid/electra-cc1-t3s2c-2e14/bundle        # of T = 3, a pair on machine C
