@@ -77,12 +77,13 @@ def register(sub) -> None:
                         "run of ≥ 1,000 steps (with lr 1e-3 it fine-tuned +8.7 points over the paper's loss on "
                         "livedoor titles at 1e14 FLOPs, 3 pretraining seeds: docs/results.md), else 0 (off; ELECTRA-Small "
                         "with it scored 1.6 points lower on livedoor titles at 7.5e14 FLOPs on an H200)")
-    p.add_argument("--gen-temperature", type=float, default=1.0, metavar="T",
+    p.add_argument("--gen-temperature", type=float, default=None, metavar="T",
                    help="electra*: sample the generator's replacements at temperature T (logits / T). T > 1 makes "
-                        "them less plausible, so easier to detect; 1 = the paper's, the default. Measured at 2e14 "
-                        "FLOPs (tiny): T = 3 lifts the discriminator's recall on its own replacements from 0.07 to "
-                        "0.47 with routers level (docs/results.md). The probe's AUC and recall sample at T = 1, "
-                        "so runs compare; disc_auc_own_t is the AUC at T")
+                        "them less plausible, so easier to detect. Default: 3 for a tiny electra run of ≥ 1,000 "
+                        "steps (at 2e14 FLOPs, 3 pretraining seeds: discriminator recall 0.46–0.48 on its own "
+                        "replacements vs 0.06–0.07 at T = 1, routers level or above: docs/results.md), else 1, the "
+                        "paper's. The probe's AUC and recall sample at T = 1, so runs compare; disc_auc_own_t is the "
+                        "AUC at T")
     p.add_argument("--adam-eps", type=float, default=None, metavar="EPS",
                    help="AdamW's epsilon (default torch's 1e-8; the official ELECTRA code uses 1e-6)")
     p.add_argument("--dropout", type=float, default=None, metavar="P",

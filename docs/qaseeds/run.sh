@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."  # the repository root
 E=electra-cc1-lr1e3s2-2e14; M=mlm-m40-2e14-s2; mkdir -p runs/top
 electra() {
   [ -f $R/$E/bundle/manifest.json ] || taskset -c 0 $B pretrain --corpus $C --tokenizer runs/tok8k --size tiny \
-    --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops 2e14 --seed 2 --cls-contrast 1 --no-progress \
+    --objective electra --mask-prob 0.15 --lr 1e-3 --max-flops 2e14 --seed 2 --cls-contrast 1 --gen-temperature 1 --no-progress \
     --out $R/$E > $R/$E.log 2>&1   # = BUDGET=2e14 CORE=0 bash docs/cc1e14/run.sh lr1e3s2 --seed 2, without routers
   CORE=0 bash docs/qa-cc1/run.sh electra-cc1-2e14-s2 --model $R/$E/bundle > runs/qa-cc1-electra-s2.log 2>&1
 }
