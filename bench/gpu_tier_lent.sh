@@ -44,6 +44,8 @@ for line in sys.stdin:
 run|lever)
   OUT=${OUT:-/tmp/gt-out}
   mkdir -p "$OUT"
+  # what comes back is reports, summaries, metrics and logs; no weights
+  NO_WEIGHTS=(--exclude='*.safetensors' --exclude='*.onnx' --exclude='*.onnx_data' --exclude='*.bin' --exclude='*.pt')
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $G/whl/*.whl
   tar xzf $G/ipadic-1.0.0.tar.gz -C /tmp && cp -r /tmp/ipadic-1.0.0/ipadic /tmp/site/
   export PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 PYTHONUNBUFFERED=1 \
@@ -72,8 +74,7 @@ print(sys.version.split()[0], "torch", torch.__version__, "transformers", transf
       wait' 2>&1 | tee "$OUT/log.txt"
     rc=${PIPESTATUS[0]}
     for f in $L/ft-s*.log; do echo "== $f"; tail -n 3 "$f"; done | tee -a "$OUT/log.txt"
-    tar czf "$OUT/reports.tgz" --exclude='*.safetensors' --exclude='*.onnx' --exclude='*.bin' --exclude='*.pt' \
-      --exclude=cache -C "$(dirname $L)" "$(basename $L)" 2>/dev/null
+    tar czf "$OUT/reports.tgz" "${NO_WEIGHTS[@]}" --exclude=cache -C "$(dirname $L)" "$(basename $L)" 2>/dev/null
     echo "gpu lever exit $rc"
     exit "$rc"
   fi
@@ -83,9 +84,7 @@ print(sys.version.split()[0], "torch", torch.__version__, "transformers", transf
     --pretrain-seconds "${PRETRAIN_SECONDS:-150}" --max-train "${MAX_TRAIN:-10000}" --jobs "${JOBS:-6}" 2>&1 | tee "$OUT/log.txt"
   rc=${PIPESTATUS[0]}
   cp /tmp/gt/gpu_tier.json /tmp/gt/gpu_tier.md "$OUT/" 2>/dev/null
-  # reports, summaries, metrics and logs; no weights
-  tar czf "$OUT/reports.tgz" --exclude='*.safetensors' --exclude='*.onnx' --exclude='*.onnx_data' \
-    --exclude='*.bin' --exclude='*.pt' -C /tmp gt 2>/dev/null
+  tar czf "$OUT/reports.tgz" "${NO_WEIGHTS[@]}" -C /tmp gt 2>/dev/null
   echo "gpu tier exit $rc"
   exit "$rc"
   ;;

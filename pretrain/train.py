@@ -418,13 +418,12 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         tok = JapaneseTokenizer.load(cfg.tokenizer)
     planned = None  # the plan of a tiny ELECTRA from scratch: its default lr, --cls-contrast, --gen-temperature
     if init_bundle is None and cfg.size == "tiny" and cfg.objective == "electra" \
-            and (cfg.lr is None or cfg.cls_contrast is None or cfg.gen_temperature is None):
+            and any(getattr(cfg, k) is None for k in TINY_RTD_LONG):
         d = electra_config(cfg.size, tok.vocab_size, max_position_embeddings=max(512, cfg.seq_len))
         planned = plan_steps(cfg, d, generator_config(d, cfg.gen_size), world)
         if main and long_tiny_rtd(cfg.size, cfg.objective, planned):
-            chosen = [f"--lr {TINY_RTD_LONG['lr']:g}"] * (cfg.lr is None) \
-                + [f"--cls-contrast {TINY_RTD_LONG['cls_contrast']:g}"] * (cfg.cls_contrast is None) \
-                + [f"--gen-temperature {TINY_RTD_LONG['gen_temperature']:g}"] * (cfg.gen_temperature is None)
+            # the options left unset, named as the CLI spells them (TINY_RTD_LONG's keys are PretrainConfig fields)
+            chosen = [f"--{k.replace('_', '-')} {v:g}" for k, v in TINY_RTD_LONG.items() if getattr(cfg, k) is None]
             print(f"pretrain: a tiny ELECTRA run of {planned:,} steps (≥ {TINY_RTD_LONG_STEPS:,}) gets the long-run "
                   f"defaults {' '.join(chosen)} (docs/results.md; give them to choose)", file=sys.stderr)
     if cfg.cls_contrast is None:  # resolved once here: identity, model and bundle all see the value

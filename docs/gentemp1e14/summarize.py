@@ -39,17 +39,17 @@ ROWS = [
 ]
 
 
-#: jaquad-qtype on its full dev file with the default (balanced) loss: docs/qtypefull/run.sh's report per row
-FULL_DEV = {None: "seeds2e14/qtypefull__random-balanced__report.json",
-            "electra-cc1-lr1e3s0b-2e14": "seeds2e14/qtypefull__electra-cc1-2e14-s0b-balanced__report.json",
-            "electra-cc1-lr1e3s1b-2e14": "seeds2e14/qtypefull__electra-cc1-2e14-s1b-balanced__report.json",
-            "electra-cc1-lr1e3s2-2e14": "seeds2e14/qtypefull__electra-cc1-2e14-s2-balanced__report.json",
-            "electra-cc1-t3-2e14": "gentemp1e14/qtypefull-electra-cc1-t3-2e14-balanced.json",
-            "electra-cc1-t3s1-2e14": "gentemp1e14/qtypefull-electra-cc1-t3s1-2e14-balanced.json"}
-#: the same on machine C (the pair of pretraining seed 2c and its random-init control)
-FULL_DEV_C = {None: "gentemp1e14/qtypefull-random-C-balanced.json",
-              "electra-cc1-lr1e3s2c-2e14": "gentemp1e14/qtypefull-electra-cc1-lr1e3s2c-2e14-balanced.json",
-              "electra-cc1-t3s2c-2e14": "gentemp1e14/qtypefull-electra-cc1-t3s2c-2e14-balanced.json"}
+#: jaquad-qtype on its full dev file with the default (balanced) loss: docs/qtypefull/run.sh's report per
+#: (machine, run); None is that machine's random-init control
+FULL_DEV = {("B", None): "seeds2e14/qtypefull__random-balanced__report.json",
+            ("B", "electra-cc1-lr1e3s0b-2e14"): "seeds2e14/qtypefull__electra-cc1-2e14-s0b-balanced__report.json",
+            ("B", "electra-cc1-lr1e3s1b-2e14"): "seeds2e14/qtypefull__electra-cc1-2e14-s1b-balanced__report.json",
+            ("B", "electra-cc1-lr1e3s2-2e14"): "seeds2e14/qtypefull__electra-cc1-2e14-s2-balanced__report.json",
+            ("B", "electra-cc1-t3-2e14"): "gentemp1e14/qtypefull-electra-cc1-t3-2e14-balanced.json",
+            ("B", "electra-cc1-t3s1-2e14"): "gentemp1e14/qtypefull-electra-cc1-t3s1-2e14-balanced.json",
+            ("C", None): "gentemp1e14/qtypefull-random-C-balanced.json",
+            ("C", "electra-cc1-lr1e3s2c-2e14"): "gentemp1e14/qtypefull-electra-cc1-lr1e3s2c-2e14-balanced.json",
+            ("C", "electra-cc1-t3s2c-2e14"): "gentemp1e14/qtypefull-electra-cc1-t3s2c-2e14-balanced.json"}
 
 
 def keep_random_c() -> None:
@@ -112,9 +112,8 @@ def main() -> None:
         recall = d.get("probe_recall", rp.get("probe_recall"))
         own = d.get("disc_auc_own_t", rp.get("disc_auc_own_t"))
         cells = {task: cell(DOCS / ft.format(run=run, task=task)) for task in TASKS}
-        full = {"B": FULL_DEV, "C": FULL_DEV_C}.get(machine, {})
-        if run in full:
-            cells["jaquad-qtype-full-dev-balanced"] = cell(DOCS / full[run])
+        if (machine, run) in FULL_DEV:
+            cells["jaquad-qtype-full-dev-balanced"] = cell(DOCS / FULL_DEV[machine, run])
         report.append({"encoder": name, "machine": machine, "flops": flops, "gen_temperature": t, "seed": seed,
                        "run": run, "gen_acc": f.get("gen_acc"), "disc_recall": f.get("disc_recall"),
                        "disc_precision": f.get("disc_precision"), "probe_recall": recall,
