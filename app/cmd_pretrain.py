@@ -79,11 +79,11 @@ def register(sub) -> None:
                         "with it scored 1.6 points lower on livedoor titles at 7.5e14 FLOPs on an H200)")
     p.add_argument("--gen-temperature", type=float, default=None, metavar="T",
                    help="electra*: sample the generator's replacements at temperature T (logits / T). T > 1 makes "
-                        "them less plausible, so easier to detect. Default: 3 for a tiny electra run of ≥ 1,000 "
-                        "steps (at 2e14 FLOPs, 3 pretraining seeds: discriminator recall 0.46–0.48 on its own "
-                        "replacements vs 0.06–0.07 at T = 1, routers level or above: docs/results.md), else 1, the "
-                        "paper's. The probe's AUC and recall sample at T = 1, so runs compare; disc_auc_own_t is the "
-                        "AUC at T")
+                        "them less plausible, so easier to detect. Default 1, the paper's. At 2e14 FLOPs T = 3 lifted "
+                        "a tiny discriminator's recall on its own replacements to 0.46–0.48 (vs 0.06–0.07) with "
+                        "routers level, but one of two JaQuAD QA fine-tunings from it scored 38.87 F1 against 47.95 at "
+                        "T = 1 (the other 47.01; docs/results.md), so it is not the default. "
+                        "The probe's AUC and recall sample at T = 1, so runs compare; disc_auc_own_t is the AUC at T")
     p.add_argument("--adam-eps", type=float, default=None, metavar="EPS",
                    help="AdamW's epsilon (default torch's 1e-8; the official ELECTRA code uses 1e-6)")
     p.add_argument("--dropout", type=float, default=None, metavar="P",
