@@ -49,20 +49,17 @@ def ft_recipe() -> tuple[list[str], dict]:
     for c, label in (("ld0.8", "layer decay 0.8 (official ELECTRA)"), ("lr5e-4", "lr 5e-4"), ("lr2e-3", "lr 2e-3"),
                      ("bs16", "batch 16 (2× the updates)")):
         rows.append((label, kept(RUNS / f"ftsweep/{enc}-livedoor-title-{c}/report.json", f"ftsweep-{enc}-{c}.json")))
-    rand = [("random init, the tiny default", DOCS / "gentemp1e14/ft-random-C-livedoor-title.json"),
-            ("random init, batch 16", kept(RUNS / "ftsweep/random-livedoor-title-bs16/report.json",
-                                            "ftsweep-random-bs16.json"))]
+    rand = [("the tiny default", DOCS / "gentemp1e14/ft-random-C-livedoor-title.json"),
+            ("batch 16", kept(RUNS / "ftsweep/random-livedoor-title-bs16/report.json", "ftsweep-random-bs16.json"))]
     out = ["| encoder | fine-tuning recipe (one change) | livedoor-title | best epochs (seeds 0 / 1 / 2) |",
            "|---|---|---|---|"]
     js = {}
-    for label, p in rows:
-        r = load(p)
-        out.append(f"| ELECTRA T = 3, seed 2 (machine C) | {label} | {cell(r)} | {best_epochs(r)} |")
-        js[f"t3s2c / {label}"] = median(r)
-    for label, p in rand:
-        r = load(p)
-        out.append(f"| random init (machine C) | {label.split(', ')[1]} | {cell(r)} | {best_epochs(r)} |")
-        js[label] = median(r)
+    for encoder, key, recipes in (("ELECTRA T = 3, seed 2 (machine C)", "t3s2c", rows),
+                                  ("random init (machine C)", "random init", rand)):
+        for label, p in recipes:
+            r = load(p)
+            out.append(f"| {encoder} | {label} | {cell(r)} | {best_epochs(r)} |")
+            js[f"{key} / {label}"] = median(r)
     return out, js
 
 
@@ -127,7 +124,8 @@ def qa() -> tuple[list[str], dict]:
         m, s = r["dev_metrics"], r["seeds"][0]
         out.append(f"| {label} | {s['seed']} | {m['best_f1']:.2f} ({m['best_f1_thresh']:.2f}) | {m['HasAns_f1']:.2f} | "
                    f"{m['NoAns_exact']:.2f} | {m['HasAns_span_f1']:.1f} | {s['train_seconds']:.0f} |")
-        js[f"{label.replace('*', '')}, QA seed {s['seed']}"] = {k: m[k] for k in ("best_f1", "HasAns_f1", "NoAns_exact", "HasAns_span_f1")}
+        js[f"{label.replace('*', '')}, QA seed {s['seed']}"] = {
+            k: m[k] for k in ("best_f1", "HasAns_f1", "NoAns_exact", "HasAns_span_f1")}
     return out, js
 
 
