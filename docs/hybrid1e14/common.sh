@@ -10,8 +10,9 @@ mkdir -p $R
 # bundle exists), then 3-seed fine-tuning on both tasks (ft); prints the wall times. The lever scripts' one body.
 pretrain_ft() {
   local core=$1 name=$2 start; start=$(date +%s); shift 2
-  # --gen-temperature 1: the sampling these scripts' runs were measured with (a long tiny ELECTRA defaults to 3
-  # since the third T = 3 seed); a lever's own --gen-temperature, later in "$@", wins
+  # --gen-temperature 1: the sampling these scripts' runs were measured with, pinned so that they reproduce whatever
+  # tiny ELECTRA's long-run default is (it was 3 for one session, docs/results.md); a lever's own --gen-temperature,
+  # later in "$@", wins
   [ -f $R/$name/bundle/manifest.json ] || taskset -c $core $B pretrain --corpus $C --tokenizer runs/tok8k \
     --size tiny --gen-temperature 1 "$@" --no-progress --out $R/$name > $R/$name.log 2>&1
   echo "$name PRETRAIN wall $(( $(date +%s) - start )) s"

@@ -2,8 +2,9 @@
   1. the fine-tuning recipe for a T = 3 encoder (livedoor titles; `docs/ftsweep/run.sh`),
   2. the pretraining lever `--lr 1.5e-3` on top of T = 3, seed 0, 2e14 FLOPs, paired with machine B's T = 3 seed 0
      (`BUDGET=2e14 CORE=0 bash docs/cc1e14/run.sh t3lr15 --gen-temperature 3 --lr 1.5e-3`),
-  3. QA on the full jaquad_train from the T = 3 seed-2 encoder, paired with the T = 1 seed-2 encoder
-     (`CORE=1 bash docs/qa-cc1/run.sh electra-cc1-t3s2c-2e14 --model runs/hybrid/electra-cc1-t3s2c-2e14/bundle`).
+  3. QA on the full jaquad_train from the pretraining-seed-2 encoders at T = 1, 2 and 3
+     (`CORE=1 bash docs/qa-cc1/run.sh electra-cc1-t3s2c-2e14 --model runs/hybrid/electra-cc1-t3s2c-2e14/bundle`;
+     QA seeds 1 and 2 add `-seed1 … --seed 1`; T = 2's encoder: `docs/gentemp1e14`).
 Reads runs/ where present and keeps copies here, so that the report regenerates on a machine without those runs:
     python docs/t3more/summarize.py"""
 import json
@@ -109,15 +110,20 @@ def lever() -> tuple[list[str], dict]:
 
 
 def qa() -> tuple[list[str], dict]:
-    new = load(kept(RUNS / "qa-cc1/electra-cc1-t3s2c-2e14/report.json", "qa-electra-cc1-t3s2c-2e14.json"))
-    new1 = load(kept(RUNS / "qa-cc1/electra-cc1-t3s2c-2e14-seed1/report.json", "qa-electra-cc1-t3s2c-2e14-seed1.json"))
-    old = load(DOCS / "qa-cc1/electra-cc1-2e14-s2/report.json")
-    mlm = load(DOCS / "qa-cc1/mlm-m40-2e14-s2/report.json")
+    """QA on the full jaquad_train from the pretraining-seed-2 encoders, by generator temperature T."""
+    def run(name: str) -> dict | None:
+        return load(kept(RUNS / f"qa-cc1/{name}/report.json", f"qa-{name}.json"))
+    rows = (("ELECTRA T = 1 (machine B)", load(DOCS / "qa-cc1/electra-cc1-2e14-s2/report.json")),
+            ("ELECTRA T = 1 (machine C)", run("electra-cc1-lr1e3s2c-2e14-seed1")),
+            ("**ELECTRA T = 2** (machine C)", run("electra-cc1-t2s2c-2e14")),
+            ("**ELECTRA T = 3** (machine C)", run("electra-cc1-t3s2c-2e14")),
+            ("**ELECTRA T = 3** (machine C)", run("electra-cc1-t3s2c-2e14-seed1")),
+            ("**ELECTRA T = 3** (machine C)", run("electra-cc1-t3s2c-2e14-seed2")),
+            ("*MLM 40 % (machine B)*", load(DOCS / "qa-cc1/mlm-m40-2e14-s2/report.json")))
     out = ["| encoder (tiny, 2e14, pretraining seed 2), QA 1 epoch | QA seed | best F1 (threshold) | HasAns F1 | "
            "NoAns acc | HasAns span F1 | train s |", "|---|---|---:|---:|---:|---:|---:|"]
     js = {}
-    for label, r in (("ELECTRA T = 1 (machine B)", old), ("**ELECTRA T = 3** (machine C)", new),
-                     ("**ELECTRA T = 3** (machine C)", new1), ("*MLM 40 % (machine B)*", mlm)):
+    for label, r in rows:
         if r is None:
             out.append(f"| {label} | — | — | — | — | — | — |")
             continue
@@ -132,7 +138,7 @@ def qa() -> tuple[list[str], dict]:
 def main() -> None:
     parts, js = [], {}
     for title, fn in (("Fine-tuning recipe for a T = 3 encoder (dev macro-F1, median (min–max) of 3 seeds)", ft_recipe),
-                      ("Pretraining lr 1.5e-3 on top of T = 3", lever), ("QA from a T = 3 encoder", qa)):
+                      ("Pretraining lr 1.5e-3 on top of T = 3", lever), ("QA by generator temperature (pretraining seed 2)", qa)):
         lines, j = fn()
         parts += [f"## {title}", "", *lines, ""]
         js[fn.__name__] = j
