@@ -114,8 +114,8 @@ def qa() -> tuple[list[str], dict]:
     def run(name: str) -> dict | None:
         return load(kept(RUNS / f"qa-cc1/{name}/report.json", f"qa-{name}.json"))
     rows = (("ELECTRA T = 1 (machine B)", load(DOCS / "qa-cc1/electra-cc1-2e14-s2/report.json")),
-            ("ELECTRA T = 1 (machine C)", run("electra-cc1-lr1e3s2c-2e14-seed1")),
             ("**ELECTRA T = 2** (machine C)", run("electra-cc1-t2s2c-2e14")),
+            ("**ELECTRA T = 2** (machine C)", run("electra-cc1-t2s2c-2e14-seed1")),
             ("**ELECTRA T = 3** (machine C)", run("electra-cc1-t3s2c-2e14")),
             ("**ELECTRA T = 3** (machine C)", run("electra-cc1-t3s2c-2e14-seed1")),
             ("**ELECTRA T = 3** (machine C)", run("electra-cc1-t3s2c-2e14-seed2")),
