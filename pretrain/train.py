@@ -84,9 +84,10 @@ def default_lr(size: str, objective: str, planned_steps: int | None = None) -> f
 #: loss (with cls-contrast: 0.722 vs 0.724, a tie). The switch sits at the shortest long run measured.
 #: --gen-temperature 3 was part of the recipe for one release (three paired pretraining seeds at 2e14 FLOPs: recall
 #: 0.46–0.48 vs 0.06–0.07, routers level or above T = 1) and left it when QA was measured at full training: from the
-#: same pretraining seed, jaquad dev F1 38.87 and 47.01 (two QA seeds; the first fails the no-answer decision) vs
+#: same pretraining seed, jaquad dev F1 38.87, 47.01 and 43.58 (three QA seeds; two miss the QA goal's 45) vs
 #: 47.95 at T = 1, whose four QA runs all scored 47.37–50.00 (docs/results.md, "QA from a --gen-temperature 3
-#: encoder"). A "gen_temperature" key added here would become the default again through default_gen_temperature.
+#: encoder" and the section after it). A "gen_temperature" key added here would become the default again through
+#: default_gen_temperature.
 TINY_RTD_LONG_STEPS = 1000
 TINY_RTD_LONG = {"lr": 1e-3, "cls_contrast": 1.0}
 
