@@ -7,7 +7,8 @@ docs/cc1e14/run.sh t3[s1] --gen-temperature 3 [--seed 1]` (2e14). Controls: docs
 docs/cc1e14 (machine A: random init, T = 1 at 1e14, seeds 0–2). Machine C (AMD EPYC without avx_vnni): a pair at
 pretraining seed 2, `BUDGET=2e14 CORE=0 bash docs/cc1e14/run.sh t3s2c --gen-temperature 3 --seed 2`, `… lr1e3s2c
 --seed 2` (T = 1) and `… t2s2c --gen-temperature 2 --seed 2` (T = 2), with its own random-init control
-(docs/clscontrast1e14/prepare.sh; run this script there as `CONTROL_MACHINE=C python docs/gentemp1e14/summarize.py` so that it keeps those reports). reprobe.jsonl: docs/gentemp1e14/reprobe.py."""
+(docs/clscontrast1e14/prepare.sh; run this script there as `CONTROL_MACHINE=C python docs/gentemp1e14/summarize.py`
+so that it keeps those reports). reprobe.jsonl: docs/gentemp1e14/reprobe.py."""
 import json
 import os
 import shutil

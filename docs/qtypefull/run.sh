@@ -31,5 +31,5 @@ run electra-cc1-t3-2e14 --model runs/hybrid/electra-cc1-t3-2e14/bundle      # --
 run electra-cc1-t3s1-2e14 --model runs/hybrid/electra-cc1-t3s1-2e14/bundle  #   seeds 0 and 1 on machine B
 run electra-cc1-lr1e3s2c-2e14 --model runs/hybrid/electra-cc1-lr1e3s2c-2e14/bundle  # pretraining seed 2 of T = 1 and
 run electra-cc1-t3s2c-2e14 --model runs/hybrid/electra-cc1-t3s2c-2e14/bundle        # of T = 3, a pair on machine C
-run electra-cc1-t3lr15-2e14 --model runs/hybrid/electra-cc1-t3lr15-2e14/bundle  # T = 3 with --lr 1.5e-3, seed 0 (docs/t3more)
-run electra-cc1-t2s2c-2e14 --model runs/hybrid/electra-cc1-t2s2c-2e14/bundle     # T = 2, pretraining seed 2 on machine C (docs/gentemp1e14)
+run electra-cc1-t3lr15-2e14 --model runs/hybrid/electra-cc1-t3lr15-2e14/bundle  # T = 3, --lr 1.5e-3, seed 0 (t3more)
+run electra-cc1-t2s2c-2e14 --model runs/hybrid/electra-cc1-t2s2c-2e14/bundle    # T = 2, seed 2, machine C (gentemp1e14)

@@ -138,7 +138,8 @@ def qa() -> tuple[list[str], dict]:
 def main() -> None:
     parts, js = [], {}
     for title, fn in (("Fine-tuning recipe for a T = 3 encoder (dev macro-F1, median (min–max) of 3 seeds)", ft_recipe),
-                      ("Pretraining lr 1.5e-3 on top of T = 3", lever), ("QA by generator temperature (pretraining seed 2)", qa)):
+                      ("Pretraining lr 1.5e-3 on top of T = 3", lever),
+                      ("QA by generator temperature (pretraining seed 2)", qa)):
         lines, j = fn()
         parts += [f"## {title}", "", *lines, ""]
         js[fn.__name__] = j
