@@ -6,7 +6,8 @@ Runs: `CORE=N bash docs/cc1e14/run.sh t2|t3 --gen-temperature 2|3` (1e14) and `B
 docs/cc1e14/run.sh t3[s1] --gen-temperature 3 [--seed 1]` (2e14). Controls: docs/seeds2e14 (machine B: random init, T = 1 at 2e14, pretraining seeds 0b/1b/2) and
 docs/cc1e14 (machine A: random init, T = 1 at 1e14, seeds 0–2). Machine C (AMD EPYC without avx_vnni): a pair at
 pretraining seed 2, `BUDGET=2e14 CORE=0 bash docs/cc1e14/run.sh t3s2c --gen-temperature 3 --seed 2`, `… lr1e3s2c
---seed 2` (T = 1) and `… t2s2c --gen-temperature 2 --seed 2` (T = 2), with its own random-init control
+--seed 2` (T = 1) and `… t2s2c --gen-temperature 2 --seed 2` (T = 2; seeds 0 and 1: `… t2 --gen-temperature 2`, `… t2s1 --gen-temperature 2
+--seed 1`, which pair with B's seeds 0b/1b and T = 3 seeds 0/1), with its own random-init control
 (docs/clscontrast1e14/prepare.sh; run this script there as `CONTROL_MACHINE=C python docs/gentemp1e14/summarize.py`
 so that it keeps those reports). reprobe.jsonl: docs/gentemp1e14/reprobe.py."""
 import json
@@ -32,6 +33,8 @@ ROWS = [
      "gentemp1e14/ft-{run}-{task}.json"),
     ("**T = 3**", "C", "2e14", 3, "2c", "electra-cc1-t3s2c-2e14", "gentemp1e14", "gentemp1e14/ft-{run}-{task}.json"),
     ("**T = 2**", "C", "2e14", 2, "2c", "electra-cc1-t2s2c-2e14", "gentemp1e14", "gentemp1e14/ft-{run}-{task}.json"),
+    ("**T = 2**", "C", "2e14", 2, "0", "electra-cc1-t2-2e14", "gentemp1e14", "gentemp1e14/ft-{run}-{task}.json"),
+    ("**T = 2**", "C", "2e14", 2, "1", "electra-cc1-t2s1-2e14", "gentemp1e14", "gentemp1e14/ft-{run}-{task}.json"),
     ("T = 2", "B", "1e14", 2, "0", "electra-cc1-t2-1e14", "gentemp1e14", "gentemp1e14/ft-{run}-{task}.json"),
     ("T = 3", "B", "1e14", 3, "0", "electra-cc1-t3-1e14", "gentemp1e14", "gentemp1e14/ft-{run}-{task}.json"),
     ("*random init*", "A", None, None, None, None, None, "cc1e14/ft-random-{task}.json"),
@@ -52,7 +55,9 @@ FULL_DEV = {("B", None): "seeds2e14/qtypefull__random-balanced__report.json",
             ("C", None): "gentemp1e14/qtypefull-random-C-balanced.json",
             ("C", "electra-cc1-lr1e3s2c-2e14"): "gentemp1e14/qtypefull-electra-cc1-lr1e3s2c-2e14-balanced.json",
             ("C", "electra-cc1-t3s2c-2e14"): "gentemp1e14/qtypefull-electra-cc1-t3s2c-2e14-balanced.json",
-            ("C", "electra-cc1-t2s2c-2e14"): "gentemp1e14/qtypefull-electra-cc1-t2s2c-2e14-balanced.json"}
+            ("C", "electra-cc1-t2s2c-2e14"): "gentemp1e14/qtypefull-electra-cc1-t2s2c-2e14-balanced.json",
+            ("C", "electra-cc1-t2-2e14"): "gentemp1e14/qtypefull-electra-cc1-t2-2e14-balanced.json",
+            ("C", "electra-cc1-t2s1-2e14"): "gentemp1e14/qtypefull-electra-cc1-t2s1-2e14-balanced.json"}
 
 
 def keep_random_c() -> None:

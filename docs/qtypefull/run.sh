@@ -4,15 +4,16 @@
 # sample (runs/evm2e14/data/jaquad-qtype/train.jsonl, 2,000 questions), recipe and 3 seeds as the lever scripts; both
 # losses. Encoders whose bundle is not on this machine are skipped; finished reports are skipped.
 #   CORE=1 bash docs/qtypefull/run.sh        → runs/qtypefull/<encoder>-<none|balanced>/report.json
+#   ONLY=NAME WEIGHTS=balanced CORE=0 bash docs/qtypefull/run.sh   (one encoder, the default loss only)
 set -u
 cd "$(dirname "$0")/../.."  # the repository root
 . docs/ftcell.sh  # here, ft_cell
-CORE=${CORE:-1}; DEV=../shared/data/jaquad_qtype_dev.jsonl.gz
+CORE=${CORE:-1}; WEIGHTS=${WEIGHTS:-none balanced}; DEV=../shared/data/jaquad_qtype_dev.jsonl.gz
 mkdir -p runs/qtypefull
 run() {  # run NAME MODEL_OPTIONS...
   here "$@" || return 0
   local name=$1 w; shift
-  for w in none balanced; do
+  for w in $WEIGHTS; do
     ft_cell $CORE runs/qtypefull/$name-$w "$@" -- --train runs/evm2e14/data/jaquad-qtype/train.jsonl --dev $DEV \
       --text-field text --class-weights $w
   done
@@ -33,3 +34,5 @@ run electra-cc1-lr1e3s2c-2e14 --model runs/hybrid/electra-cc1-lr1e3s2c-2e14/bund
 run electra-cc1-t3s2c-2e14 --model runs/hybrid/electra-cc1-t3s2c-2e14/bundle        # of T = 3, a pair on machine C
 run electra-cc1-t3lr15-2e14 --model runs/hybrid/electra-cc1-t3lr15-2e14/bundle  # T = 3, --lr 1.5e-3, seed 0 (t3more)
 run electra-cc1-t2s2c-2e14 --model runs/hybrid/electra-cc1-t2s2c-2e14/bundle    # T = 2, seed 2, machine C (gentemp1e14)
+run electra-cc1-t2-2e14 --model runs/hybrid/electra-cc1-t2-2e14/bundle      # T = 2, seeds 0 and 1, machine C
+run electra-cc1-t2s1-2e14 --model runs/hybrid/electra-cc1-t2s1-2e14/bundle  #   (gentemp1e14)

@@ -2,7 +2,7 @@
   1. the fine-tuning recipe for a T = 3 encoder (livedoor titles; `docs/ftsweep/run.sh`),
   2. the pretraining lever `--lr 1.5e-3` on top of T = 3, seed 0, 2e14 FLOPs, paired with machine B's T = 3 seed 0
      (`BUDGET=2e14 CORE=0 bash docs/cc1e14/run.sh t3lr15 --gen-temperature 3 --lr 1.5e-3`),
-  3. QA on the full jaquad_train from the pretraining-seed-2 encoders at T = 1, 2 and 3
+  3. QA on the full jaquad_train from the top-budget encoders at T = 1, 2 and 3 (pretraining seed 2; T = 2 also 0, 1)
      (`CORE=1 bash docs/qa-cc1/run.sh electra-cc1-t3s2c-2e14 --model runs/hybrid/electra-cc1-t3s2c-2e14/bundle`;
      QA seeds 1 and 2 add `-seed1 … --seed 1`; T = 2's encoder: `docs/gentemp1e14`).
 Reads runs/ where present and keeps copies here, so that the report regenerates on a machine without those runs:
@@ -110,27 +110,33 @@ def lever() -> tuple[list[str], dict]:
 
 
 def qa() -> tuple[list[str], dict]:
-    """QA on the full jaquad_train from the pretraining-seed-2 encoders, by generator temperature T."""
+    """QA on the full jaquad_train from the top-budget encoders, by generator temperature T and pretraining seed."""
     def run(name: str) -> dict | None:
         return load(kept(RUNS / f"qa-cc1/{name}/report.json", f"qa-{name}.json"))
-    rows = (("ELECTRA T = 1 (machine B)", load(DOCS / "qa-cc1/electra-cc1-2e14-s2/report.json")),
-            ("**ELECTRA T = 2** (machine C)", run("electra-cc1-t2s2c-2e14")),
-            ("**ELECTRA T = 2** (machine C)", run("electra-cc1-t2s2c-2e14-seed1")),
-            ("**ELECTRA T = 3** (machine C)", run("electra-cc1-t3s2c-2e14")),
-            ("**ELECTRA T = 3** (machine C)", run("electra-cc1-t3s2c-2e14-seed1")),
-            ("**ELECTRA T = 3** (machine C)", run("electra-cc1-t3s2c-2e14-seed2")),
-            ("*MLM 40 % (machine B)*", load(DOCS / "qa-cc1/mlm-m40-2e14-s2/report.json")))
-    out = ["| encoder (tiny, 2e14, pretraining seed 2), QA 1 epoch | QA seed | best F1 (threshold) | HasAns F1 | "
-           "NoAns acc | HasAns span F1 | train s |", "|---|---|---:|---:|---:|---:|---:|"]
+    rows = (("ELECTRA T = 1 (machine A)", "0", load(DOCS / "qa-cc1/electra-cc1-2e14/report.json")),
+            ("ELECTRA T = 1 (machine A)", "0", load(DOCS / "qa-cc1/electra-cc1-2e14-seed1/report.json")),
+            ("ELECTRA T = 1 (machine A)", "0", load(DOCS / "qa-cc1/electra-cc1-2e14-seed2/report.json")),
+            ("**ELECTRA T = 2** (machine C)", "0", run("electra-cc1-t2-2e14")),
+            ("**ELECTRA T = 2** (machine C)", "1", run("electra-cc1-t2s1-2e14")),
+            ("ELECTRA T = 1 (machine B)", "2", load(DOCS / "qa-cc1/electra-cc1-2e14-s2/report.json")),
+            ("**ELECTRA T = 2** (machine C)", "2", run("electra-cc1-t2s2c-2e14")),
+            ("**ELECTRA T = 2** (machine C)", "2", run("electra-cc1-t2s2c-2e14-seed1")),
+            ("**ELECTRA T = 3** (machine C)", "2", run("electra-cc1-t3s2c-2e14")),
+            ("**ELECTRA T = 3** (machine C)", "2", run("electra-cc1-t3s2c-2e14-seed1")),
+            ("**ELECTRA T = 3** (machine C)", "2", run("electra-cc1-t3s2c-2e14-seed2")),
+            ("*MLM 40 % (machine B)*", "2", load(DOCS / "qa-cc1/mlm-m40-2e14-s2/report.json")))
+    out = ["| encoder (tiny, 2e14), QA 1 epoch | pretraining seed | QA seed | best F1 (threshold) | HasAns F1 | "
+           "NoAns acc | HasAns span F1 | train s |", "|---|---|---|---:|---:|---:|---:|---:|"]
     js = {}
-    for label, r in rows:
+    for label, pseed, r in rows:
         if r is None:
-            out.append(f"| {label} | — | — | — | — | — | — |")
+            out.append(f"| {label} | {pseed} | — | — | — | — | — | — |")
             continue
         m, s = r["dev_metrics"], r["seeds"][0]
-        out.append(f"| {label} | {s['seed']} | {m['best_f1']:.2f} ({m['best_f1_thresh']:.2f}) | {m['HasAns_f1']:.2f} | "
-                   f"{m['NoAns_exact']:.2f} | {m['HasAns_span_f1']:.1f} | {s['train_seconds']:.0f} |")
-        js[f"{label.replace('*', '')}, QA seed {s['seed']}"] = {
+        out.append(f"| {label} | {pseed} | {s['seed']} | {m['best_f1']:.2f} ({m['best_f1_thresh']:.2f}) | "
+                   f"{m['HasAns_f1']:.2f} | {m['NoAns_exact']:.2f} | {m['HasAns_span_f1']:.1f} | "
+                   f"{s['train_seconds']:.0f} |")
+        js[f"{label.replace('*', '')}, pretraining seed {pseed}, QA seed {s['seed']}"] = {
             k: m[k] for k in ("best_f1", "HasAns_f1", "NoAns_exact", "HasAns_span_f1")}
     return out, js
 
@@ -139,7 +145,7 @@ def main() -> None:
     parts, js = [], {}
     for title, fn in (("Fine-tuning recipe for a T = 3 encoder (dev macro-F1, median (min–max) of 3 seeds)", ft_recipe),
                       ("Pretraining lr 1.5e-3 on top of T = 3", lever),
-                      ("QA by generator temperature (pretraining seed 2)", qa)):
+                      ("QA by generator temperature", qa)):
         lines, j = fn()
         parts += [f"## {title}", "", *lines, ""]
         js[fn.__name__] = j
