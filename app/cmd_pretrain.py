@@ -82,8 +82,9 @@ def register(sub) -> None:
                         "them less plausible, so easier to detect. Default 1, the paper's. At 2e14 FLOPs T = 3 lifted "
                         "a tiny discriminator's recall on its own replacements to 0.46–0.48 (vs 0.06–0.07) with "
                         "routers level, but JaQuAD QA fine-tuned from it scored 38.87 / 47.01 / 43.58 F1 (three QA "
-                        "seeds) against 47.95 at T = 1 (docs/results.md), so it is not the default. T = 2 (one "
-                        "pretraining seed so far): recall 0.34, QA 49.31 / 47.75 F1, routers level. "
+                        "seeds) against 47.95 at T = 1 (docs/results.md), so it is not the default. T = 2 (three "
+                        "pretraining seeds): recall 0.34–0.35, routers level or above, but QA 38.74 / 46.48 / 49.31 "
+                        "F1, so not the default either. "
                         "The probe's AUC and recall sample at T = 1, so runs compare; disc_auc_own_t is the AUC at T")
     p.add_argument("--adam-eps", type=float, default=None, metavar="EPS",
                    help="AdamW's epsilon (default torch's 1e-8; the official ELECTRA code uses 1e-6)")
