@@ -50,6 +50,10 @@ def register_finetune(sub) -> None:
     p.add_argument("--answerable-head", action="store_true",
                    help="also train ELECTRA-style answerable classifier; the null rule (plain [CLS] score, head, "
                         "or both) is chosen on dev and stored in task.json (ONNX export must carry the head)")
+    p.add_argument("--position-init", choices=("keep", "tile"), default="keep",
+                   help="the position embeddings pretraining never trained (rows from its --seq-len, 128 by "
+                        "default, on; a 384-token window uses them): keep their random init (default), or tile "
+                        "the trained rows over them, as Longformer did (an experiment, docs/results.md)")
     _common(p)
     p.set_defaults(func=_finetune)
 
@@ -79,7 +83,7 @@ def _finetune(args) -> int:
                       n_best=args.n_best, max_train_examples=args.max_train_examples,
                       max_dev_examples=args.max_dev_examples, max_steps=args.max_steps, strict=args.strict,
                       answerable_head=args.answerable_head, device=args.device, threads=args.threads,
-                      progress=not args.no_progress)
+                      progress=not args.no_progress, position_init=args.position_init)
     m = rep["dev_metrics"]
     print(f"dev (threshold {rep['null_threshold']:.4f}, tuned on dev): EM {m['exact']:.2f}  F1 {m['f1']:.2f}  "
           f"HasAns F1 {m.get('HasAns_f1', float('nan')):.2f}  NoAns acc {m.get('NoAns_exact', float('nan')):.2f}")

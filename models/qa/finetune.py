@@ -25,6 +25,7 @@ from models.qa.features import QAFeatures, build_features
 from models.qa.metrics import f1_vs_threshold, max_over_golds, squad_v2_metrics
 from models.qa.postprocess import NO_SPAN, apply_threshold, postprocess_predictions
 from models.training.defaults import default_lr
+from models.training.positions import POSITION_INITS, tile_positions, trained_positions
 
 TASK_FORMAT = 1
 PARITY_SAMPLE = "parity_sample.json"
@@ -113,12 +114,14 @@ def golds_of(examples: list[QAExample]) -> dict[str, list[str]]:
 def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int, epochs: float, lr: float | None,
               batch_size: int, warmup_ratio: float = 0.1, weight_decay: float = 0.01, layer_decay: float = 1.0,
               device=None, progress: bool = False, max_steps: int | None = None, answerable_head: bool = False,
-              random_size: str | None = None):
+              random_size: str | None = None, tile_from: int | None = None):
     """Fine-tune a fresh ``ElectraForQuestionAnswering`` (``BertForQuestionAnswering`` for a BERT bundle; with
     ``answerable_head``, the subclasses in :mod:`models.qa.heads`) from ``bundle`` on ``features`` — or, with
     ``random_size``, an ELECTRA of that size from random init (``bundle`` is then only the tokenizer); returns
     ``(model, info)``. Loss = mean of start and end cross-entropy (transformers' head) [+ answerable BCE].
-    ``lr`` None → the default for the encoder's width (:func:`models.training.defaults.default_lr`; in info)."""
+    ``lr`` None → the default for the encoder's width (:func:`models.training.defaults.default_lr`; in info).
+    ``tile_from`` L: before training, copy the L trained position rows over the untrained ones
+    (:func:`models.training.positions.tile_positions`; the number of rows copied is in info)."""
     import torch
     from tqdm.auto import tqdm
     from transformers.utils import logging as hf_logging
@@ -140,6 +143,7 @@ def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int,
             model = load_model(bundle, qa_model_class(bundle, answerable_head), kinds=("pretrained",))
     finally:
         hf_logging.set_verbosity(verbosity)
+    tiled = tile_positions(model, tile_from) if tile_from else 0
     dev = device or torch.device("cpu")
     model.to(dev)
     n = len(features)
@@ -181,7 +185,7 @@ def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int,
                 print(f"qa: seed {seed} step {step}/{total}, loss {np.mean(losses[-20:]):.3f}, "
                       f"{time.time() - t0:.0f} s", flush=True)
     bar.close()
-    info = {"seed": seed, "steps": step, "train_windows": n, "epochs": epochs, "lr": lr,
+    info = {"seed": seed, "steps": step, "train_windows": n, "epochs": epochs, "lr": lr, "positions_tiled": tiled,
             "final_loss": float(np.mean(losses[-20:])), "train_seconds": round(time.time() - t0, 1)}
     return model, info
 
@@ -341,11 +345,13 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
                 layer_decay: float = 1.0, n_best: int = 20, max_train_examples: int | None = None,
                 max_dev_examples: int | None = None, max_steps: int | None = None, strict: bool = False,
                 answerable_head: bool = False, device: str = "auto", threads: int | None = None,
-                progress: bool = True, init_random: str | None = None, tokenizer_dir: str | None = None) -> dict:
+                progress: bool = True, init_random: str | None = None, tokenizer_dir: str | None = None,
+                position_init: str = "keep") -> dict:
     """Fine-tune ``seeds`` models from the pretrained bundle ``model`` (or, with ``init_random`` SIZE and
     ``tokenizer_dir``, from random init: the control), keep the median one, tune the null threshold on dev, write
     the bundle and its report. ``lr`` None → the default for the encoder's width (1e-3 tiny, 3e-4 small, 1e-4 base:
-    :mod:`models.training.defaults`). Returns the report dict."""
+    :mod:`models.training.defaults`). ``position_init`` "tile" copies the pretrained position rows over those
+    pretraining never trained (:mod:`models.training.positions`); "keep" leaves them. Returns the report dict."""
     import torch
 
     from models.bundle.format import check_model_source, command_line, read_manifest
@@ -360,6 +366,8 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
         raise DenkiError("--seeds must be at least 1")
     if max_answer_length < 1:
         raise DenkiError("--max-answer-length must be at least 1")
+    if position_init not in POSITION_INITS:
+        raise DenkiError(f"--position-init must be one of {', '.join(POSITION_INITS)}, not {position_init!r}")
     check_model_source(model, init_random, tokenizer_dir)
     if model is not None:
         src_manifest = read_manifest(model)  # also: a clear error for a non-bundle, early
@@ -367,6 +375,7 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
         tokenizer_dir = model
     else:
         src_manifest, health_warning = {"init": "random", "size": init_random}, None
+    tile_from = trained_positions(src_manifest) if position_init == "tile" else None
     dev_t = pick_device(device)
     tok = JapaneseTokenizer.load(tokenizer_dir)
     train_data: QAData = read_qa(train, strict=strict)
@@ -386,7 +395,7 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
         m, info = train_one(tokenizer_dir, tok, train_f, seed=s, epochs=epochs, lr=lr, batch_size=batch_size,
                             warmup_ratio=warmup_ratio, weight_decay=weight_decay, layer_decay=layer_decay,
                             device=dev_t, progress=progress, max_steps=max_steps, answerable_head=answerable_head,
-                            random_size=init_random)
+                            random_size=init_random, tile_from=tile_from)
         res = predict_results(m, dev_f, tok, n_best=n_best, max_answer_length=max_answer_length, null_threshold=0.0,
                               progress=progress, desc=f"qa: dev seed {s}")
         # one set of dev predictions, scored under every available null rule (threshold 0 + best threshold)
@@ -417,7 +426,7 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
                 "seeds": seeds, "seed": seed,
                 "max_train_examples": max_train_examples, "max_dev_examples": max_dev_examples,
                 "max_steps": max_steps, "answerable_head": answerable_head, "init_random": init_random,
-                "device": str(dev_t),
+                "position_init": position_init, "pretrained_positions": tile_from, "device": str(dev_t),
                 "torch_threads": torch.get_num_threads()}
     task = {"task": "qa", "format": TASK_FORMAT, "null_threshold": thr, "max_answer_length": max_answer_length,
             "max_length": max_length, "doc_stride": doc_stride, "n_best": n_best,
