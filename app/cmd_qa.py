@@ -53,7 +53,8 @@ def register_finetune(sub) -> None:
     p.add_argument("--position-init", choices=("keep", "tile"), default="keep",
                    help="the position embeddings pretraining never trained (rows from its --seq-len, 128 by "
                         "default, on; a 384-token window uses them): keep their random init (default), or tile "
-                        "the trained rows over them, as Longformer did (an experiment, docs/results.md)")
+                        "the trained rows over them, as Longformer did (measured: +1.6 and +0.4 F1 on JaQuAD at "
+                        "one QA seed, within seed noise; docs/results.md)")
     _common(p)
     p.set_defaults(func=_finetune)
 
