@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+from models.training.positions import POSITION_INITS
+
 
 def _common(p) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
@@ -50,7 +52,7 @@ def register_finetune(sub) -> None:
     p.add_argument("--answerable-head", action="store_true",
                    help="also train ELECTRA-style answerable classifier; the null rule (plain [CLS] score, head, "
                         "or both) is chosen on dev and stored in task.json (ONNX export must carry the head)")
-    p.add_argument("--position-init", choices=("keep", "tile"), default="keep",
+    p.add_argument("--position-init", choices=POSITION_INITS, default="keep",
                    help="the position embeddings pretraining never trained (rows from its --seq-len, 128 by "
                         "default, on; a 384-token window uses them): keep their random init (default), or tile "
                         "the trained rows over them, as Longformer did (measured: +1.6 and +0.4 F1 on JaQuAD at "
