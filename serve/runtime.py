@@ -249,10 +249,19 @@ class Predictor:
         t1 = time.perf_counter()
         starts: list[np.ndarray] = [None] * len(flat)  # type: ignore[list-item]
         ends: list[np.ndarray] = [None] * len(flat)  # type: ignore[list-item]
+        # a model fine-tuned with --answerable-head has a third output, one "answerable" logit per window,
+        # used by task.json's null_rule ("head" / "combined"); "cls" (the default) ignores it
+        null_rule = self.task.get("null_rule", "cls")
+        if null_rule != "cls" and len(self.output_names) < 3:
+            raise DenkiError(f"{self.dir}: task.json null_rule {null_rule!r} needs the answerable_logits output, "
+                             "which this ONNX graph lacks (re-export the bundle with this denki)")
+        answerable = np.zeros(len(flat), dtype=np.float32) if len(self.output_names) > 2 else None
         for idx in sorted_batches([len(e) for e in flat], batch_size):
             outs = self.run(self.tokenizer.pad([flat[i] for i in idx]))
             for row, i in enumerate(idx):
                 starts[i], ends[i] = outs[0][row], outs[1][row]
+                if answerable is not None:
+                    answerable[i] = outs[2][row]
         t2 = time.perf_counter()
         thr = float(self.task.get("null_threshold", 0.0))
         results, k = [], 0
@@ -266,7 +275,8 @@ class Predictor:
             r = postprocess_question(st, en, [w.offsets for w in ws], [w.sequence_ids for w in ws], pairs[i][1],
                                      n_best=int(n_best or self.task.get("n_best", 20)),
                                      max_answer_length=int(self.task.get("max_answer_length", 30)),
-                                     null_threshold=thr)
+                                     null_threshold=thr, null_rule=null_rule,
+                                     answerable_logits=None if answerable is None else answerable[k:k + n])
             results.append({"answer": r["answer"], "start": r["start"], "end": r["end"],
                             "score": r["score"], "has_answer": r["has_answer"],
                             "null_score_diff": r["null_score_diff"], "null_threshold": thr,

@@ -248,3 +248,57 @@ def test_qa_export_runtime_exact_spans(onnx_qa, qa_bundle):
     assert not r["has_answer"] and r["answer"] == "" and r["start"] is None
     with pytest.raises(DenkiError, match="empty"):
         p.answer("", ctx)
+    p.task["null_rule"] = "head"  # a rule that needs the answerable head this graph does not have
+    with pytest.raises(DenkiError, match="answerable_logits output"):
+        p.answer("窓口はどこにありますか?", ctx)
+    p.task["null_rule"] = "cls"
+
+
+def test_qa_with_answerable_head_exports_its_third_output_and_serves_each_null_rule(tiny_tokenizer_dir, tmp_path):
+    """A bundle fine-tuned with --answerable-head keeps the head through `denki export`: the ONNX graph has
+    ``answerable_logits``, the parity gate compares it, and the runtime decides with task.json's null_rule."""
+    import torch
+
+    from models.bundle.pytorch import save_bundle
+    from models.bundle.presets import electra_config
+    from models.export.onnx import export_bundle
+    from models.qa.heads import ElectraForQuestionAnsweringWithAnswerable
+    from models.text.tokenizer import JapaneseTokenizer
+    from serve.runtime import Predictor
+
+    from .conftest import SAMPLE_QA_DEV, read_jsonl
+
+    rows = read_jsonl(SAMPLE_QA_DEV)[:8]
+    torch.manual_seed(0)
+    model = ElectraForQuestionAnsweringWithAnswerable(
+        electra_config("tiny", JapaneseTokenizer.load(tiny_tokenizer_dir).vocab_size)).eval()
+    with torch.no_grad():  # a head whose logit is not ~0: the rules must then disagree somewhere
+        model.answerable[-1].bias.fill_(0.5)
+    task = {"task": "qa", "null_threshold": 0.0, "max_answer_length": 30, "max_length": 128, "doc_stride": 32,
+            "n_best": 20, "answerable_head": True, "null_rule": "head"}
+    src = tmp_path / "qa-head"
+    save_bundle(model, tiny_tokenizer_dir, src, "qa", extra_files={
+        "task.json": task, "parity_sample.json": {"format": 1, "examples": [
+            {"id": r["id"], "question": r["question"], "context": r["context"]} for r in rows]}})
+    man = export_bundle(src, tmp_path / "onnx", optimize="O2", quantize="int8", min_agreement=0.0, max_drop=1.0,
+                        progress=False)
+    parity = man["metrics"]["parity"]
+    assert parity["fp32"]["passed"] and parity["o2"]["passed"] and parity["int8"]["ran"] and parity["n"] == len(rows)
+    assert json.loads((tmp_path / "onnx/config.json").read_text(encoding="utf-8"))["architectures"] == [
+        "ElectraForQuestionAnswering"]
+    p = Predictor(tmp_path / "onnx", backend="fp32", device="cpu")
+    assert p.output_names == ["start_logits", "end_logits", "answerable_logits"]
+    assert Predictor(tmp_path / "onnx", backend="int8", device="cpu").output_names[2] == "answerable_logits"
+    q, c = rows[0]["question"], rows[0]["context"] * 3  # several windows
+    with torch.no_grad():
+        enc = p.tokenizer.encode_windows(q, c, max_length=128, stride=32)
+        ref = model(**{k: torch.from_numpy(v) for k, v in p.tokenizer.pad(enc).items()}).answerable_logits.numpy()
+    r = p.answer(q, c)
+    # head rule: no answer iff -max over windows of the answerable logit > threshold (0 here)
+    assert r["windows"] == len(enc) > 1 and r["null_score_diff"] == pytest.approx(-ref.max(), abs=1e-4)
+    assert r["has_answer"] == (not -ref.max() > 0.0)
+    p.task["null_rule"] = "cls"  # the plain [CLS] score ignores the head
+    r_cls = p.answer(q, c)
+    assert r_cls["null_score_diff"] != pytest.approx(r["null_score_diff"])
+    p.task["null_rule"] = "combined"
+    assert p.answer(q, c)["null_score_diff"] == pytest.approx(r_cls["null_score_diff"] - ref.max(), abs=1e-3)

@@ -3,7 +3,8 @@
 Steps (all written into ``OUT.partial``, renamed to ``OUT`` only when every gate passed):
 
 1. ``optimum.exporters.onnx.main_export`` (tasks ``text-classification`` / ``question-answering``) → ``model.onnx``
-   (fp32; loads in ``optimum.onnxruntime.ORTModelFor…`` as well);
+   (fp32; loads in ``optimum.onnxruntime.ORTModelFor…`` as well); a QA bundle trained with ``--answerable-head``
+   gets a third output, ``answerable_logits`` ``(batch,)``, and the parity gate compares it too;
 2. ``--optimize O2``: ORT transformer fusions (optimum maps electra to the bert fusions; BERT bundles from
    ``denki import`` use them directly) → ``model.o2.onnx`` (whatever the level, as bundles always had it);
    ``--optimize O2 O3`` also writes O3 (O2 + approximate GELU) beside it → ``model.o3.onnx``, so that
@@ -62,11 +63,44 @@ def _quiet():
 
 
 # ------------------------------------------------------------------ build steps
-def _export_fp32(src: Path, work: Path, task: str) -> Path:
+def _export_fp32(src: Path, work: Path, task: str, answerable_head: bool = False) -> Path:
+    if answerable_head:
+        return _export_fp32_answerable(src, work)
     from optimum.exporters.onnx import main_export
 
     main_export(str(src), str(work), task=task, do_validation=False, local_files_only=True,
                 library_name="transformers", device="cpu")
+    return work / "model.onnx"
+
+
+def _export_fp32_answerable(src: Path, work: Path) -> Path:
+    """A QA bundle trained with ``--answerable-head`` (:mod:`models.qa.heads`): optimum's question-answering
+    config for the architecture plus a third output, ``answerable_logits`` ``(batch,)``. ``main_export`` would load
+    the plain Auto class and drop the head, and ``onnx_export_from_model`` refuses a class outside transformers, so
+    the subclass goes through optimum's lower-level ``export`` with that config."""
+    import copy
+
+    from optimum.exporters.onnx import export
+    from optimum.exporters.tasks import TasksManager
+
+    from models.qa.heads import qa_model_class
+
+    model = _torch_model(src, "qa", answerable_head=True)
+    ctor = TasksManager.get_exporter_config_constructor("onnx", model_type=model.config.model_type,
+                                                         task="question-answering", library_name="transformers")
+    base_cls = type(ctor(model.config, task="question-answering"))
+
+    class WithAnswerable(base_cls):
+        @property
+        def outputs(self):
+            return {**super().outputs, "answerable_logits": {0: "batch_size"}}
+
+    export(model, WithAnswerable(model.config, task="question-answering"), work / "model.onnx", device="cpu")
+    # the plain QA class in config.json (the graph is its superset), so optimum's ORTModelForQuestionAnswering and
+    # the optimiser read it as they read any QA export
+    config = copy.deepcopy(model.config)
+    config.architectures = [qa_model_class(src, answerable_head=False).__name__]
+    config.save_pretrained(work)
     return work / "model.onnx"
 
 
@@ -157,13 +191,17 @@ def _load_parity(src: Path, kind: str, parity_data: str | None, task: dict, limi
     return {"pairs": [(e["question"], e["context"]) for e in sample["examples"]][:limit]}
 
 
-def _torch_model(src: Path, kind: str):
+def _torch_model(src: Path, kind: str, answerable_head: bool = False):
     # Auto classes: the bundle's config.json decides the architecture (ELECTRA, or BERT from `denki import`)
     from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 
     from models.bundle.pytorch import load_model
+    from models.qa.heads import qa_model_class
 
-    cls = AutoModelForSequenceClassification if kind == "classifier" else AutoModelForQuestionAnswering
+    if answerable_head:
+        cls = qa_model_class(src, answerable_head=True)
+    else:
+        cls = AutoModelForSequenceClassification if kind == "classifier" else AutoModelForQuestionAnswering
     return load_model(src, cls).eval()
 
 
@@ -179,7 +217,8 @@ def _run_torch(model, batch) -> list[np.ndarray]:
         out = model(**{k: torch.from_numpy(v) for k, v in batch.items()})
     if hasattr(out, "logits"):
         return [out.logits.float().numpy()]
-    return [out.start_logits.float().numpy(), out.end_logits.float().numpy()]
+    extra = [out.answerable_logits.float().numpy()] if getattr(out, "answerable_logits", None) is not None else []
+    return [out.start_logits.float().numpy(), out.end_logits.float().numpy(), *extra]
 
 
 def _session_outputs(path: Path, batch: dict, cache: dict) -> list[np.ndarray] | None:
@@ -239,7 +278,7 @@ def _parity_qa(model, tok, files: dict[str, Path], data: dict, task: dict) -> di
     max_length, stride = int(task.get("max_length", 384)), int(task.get("doc_stride", 128))
     thr = float(task.get("null_threshold", 0.0))
     kw = dict(n_best=int(task.get("n_best", 20)), max_answer_length=int(task.get("max_answer_length", 30)),
-              null_threshold=thr)
+              null_threshold=thr, null_rule=task.get("null_rule", "cls"))
     ref_ans, ans = [], {b: [] for b in files}
     diffs = {b: 0.0 for b in files}
     ran = {b: True for b in files}
@@ -250,13 +289,14 @@ def _parity_qa(model, tok, files: dict[str, Path], data: dict, task: dict) -> di
         lens = [len(w) for w in wins]
         offs, seqs = [w.offsets for w in wins], [w.sequence_ids for w in wins]
 
-        def answer(st, en):
+        def answer(st, en, ans=None):
             mask = np.arange(st.shape[1])[None, :] < np.array(lens)[:, None]
             st, en = np.where(mask, st, -1e9), np.where(mask, en, -1e9)
-            return postprocess_question(st, en, offs, seqs, c, **kw), mask
+            return postprocess_question(st, en, offs, seqs, c, answerable_logits=ans, **kw), mask
 
-        rs, re_ = _run_torch(model, batch)
-        r_ref, mask = answer(rs, re_)
+        ref = _run_torch(model, batch)
+        rs, re_, r_ans = ref[0], ref[1], (ref[2] if len(ref) > 2 else None)
+        r_ref, mask = answer(rs, re_, r_ans)
         ref_ans.append(r_ref)
         for b, f in files.items():
             o = _session_outputs(f, batch, cache) if ran[b] else None
@@ -264,8 +304,9 @@ def _parity_qa(model, tok, files: dict[str, Path], data: dict, task: dict) -> di
                 ran[b] = False
                 continue
             diffs[b] = max(diffs[b], float(np.abs(np.where(mask, o[0] - rs, 0)).max()),
-                           float(np.abs(np.where(mask, o[1] - re_, 0)).max()))
-            ans[b].append(answer(o[0], o[1])[0])
+                           float(np.abs(np.where(mask, o[1] - re_, 0)).max()),
+                           float(np.abs(o[2] - r_ans).max()) if r_ans is not None else 0.0)
+            ans[b].append(answer(o[0], o[1], o[2] if r_ans is not None else None)[0])
     res = {"n": len(ref_ans)}
     for b in files:
         if not ran[b]:
@@ -368,9 +409,7 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
         raise DenkiError(f"--quantize {' '.join(bad)}: choose among {', '.join(INT8_VARIANTS)}")
     quants = [q for q in INT8_VARIANTS if q in quants]  # one order, duplicates dropped
     task = read_task(src)
-    if kind == "qa" and task.get("answerable_head"):
-        raise DenkiError(f"{src}: QA bundles with the optional answerable head are not exportable yet; "
-                         "fine-tune without --answerable-head (the [CLS] null score is what serving uses)")
+    answerable = kind == "qa" and bool(task.get("answerable_head"))
     out = Path(out_dir)
     tmp = out.with_name(out.name + ".partial")
     if tmp.exists():
@@ -392,7 +431,7 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
 
     try:
         step("export fp32")
-        fp32 = _export_fp32(src, work, hf_task)
+        fp32 = _export_fp32(src, work, hf_task, answerable_head=answerable)
         os.replace(fp32, tmp / "model.onnx")
         shutil.copyfile(work / "config.json", tmp / "config.json")
         # ORTOptimizer reads model.onnx + config.json from the work dir
@@ -428,7 +467,7 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
         shutil.rmtree(work)
 
         step("parity gate")
-        model = _torch_model(src, kind)
+        model = _torch_model(src, kind, answerable_head=answerable)
         parity = (_parity_classifier if kind == "classifier" else _parity_qa)(model, tok, files, data, task)
         parity["atol"], parity["min_agreement"], parity["max_drop"] = atol, min_agreement, max_drop
         failed = _gate(parity, atol, min_agreement, max_drop)
