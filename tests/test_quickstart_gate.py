@@ -127,7 +127,7 @@ def reuse_conversions(monkeypatch, degenerate, classifier_graphs, classifier_bun
     cache = {sha(degenerate["margin"]): degenerate["onnx"], sha(classifier_bundle): classifier_graphs}
     current: dict = {}
 
-    def fp32(src, work, task):
+    def fp32(src, work, task, answerable_head=False):
         current["dir"] = cache[sha(src)]
         for name in ("model.onnx", "config.json"):
             shutil.copyfile(current["dir"] / name, work / name)
