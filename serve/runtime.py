@@ -251,11 +251,11 @@ class Predictor:
         ends: list[np.ndarray] = [None] * len(flat)  # type: ignore[list-item]
         # a model fine-tuned with --answerable-head has a third output, one "answerable" logit per window,
         # used by task.json's null_rule ("head" / "combined"); "cls" (the default) ignores it
-        null_rule = self.task.get("null_rule", "cls")
-        if null_rule != "cls" and len(self.output_names) < 3:
+        null_rule, has_head = self.task.get("null_rule", "cls"), len(self.output_names) > 2
+        if null_rule != "cls" and not has_head:
             raise DenkiError(f"{self.dir}: task.json null_rule {null_rule!r} needs the answerable_logits output, "
                              "which this ONNX graph lacks (re-export the bundle with this denki)")
-        answerable = np.zeros(len(flat), dtype=np.float32) if len(self.output_names) > 2 else None
+        answerable = np.zeros(len(flat), dtype=np.float32) if has_head else None
         for idx in sorted_batches([len(e) for e in flat], batch_size):
             outs = self.run(self.tokenizer.pad([flat[i] for i in idx]))
             for row, i in enumerate(idx):

@@ -78,8 +78,6 @@ def _export_fp32_answerable(src: Path, work: Path) -> Path:
     config for the architecture plus a third output, ``answerable_logits`` ``(batch,)``. ``main_export`` would load
     the plain Auto class and drop the head, and ``onnx_export_from_model`` refuses a class outside transformers, so
     the subclass goes through optimum's lower-level ``export`` with that config."""
-    import copy
-
     from optimum.exporters.onnx import export
     from optimum.exporters.tasks import TasksManager
 
@@ -97,10 +95,9 @@ def _export_fp32_answerable(src: Path, work: Path) -> Path:
 
     export(model, WithAnswerable(model.config, task="question-answering"), work / "model.onnx", device="cpu")
     # the plain QA class in config.json (the graph is its superset), so optimum's ORTModelForQuestionAnswering and
-    # the optimiser read it as they read any QA export
-    config = copy.deepcopy(model.config)
-    config.architectures = [qa_model_class(src, answerable_head=False).__name__]
-    config.save_pretrained(work)
+    # the optimiser read it as they read any QA export (this model is not used again: its config may change)
+    model.config.architectures = [qa_model_class(src, answerable_head=False).__name__]
+    model.config.save_pretrained(work)
     return work / "model.onnx"
 
 
