@@ -79,12 +79,12 @@ def register(sub) -> None:
                         "with it scored 1.6 points lower on livedoor titles at 7.5e14 FLOPs on an H200)")
     p.add_argument("--gen-temperature", type=float, default=None, metavar="T",
                    help="electra*: sample the generator's replacements at temperature T (logits / T). T > 1 makes "
-                        "them less plausible, so easier to detect. Default 1, the paper's. At 2e14 FLOPs T = 3 lifted "
-                        "a tiny discriminator's recall on its own replacements to 0.46–0.48 (vs 0.06–0.07) with "
-                        "routers level, but JaQuAD QA fine-tuned from it scored 38.87 / 47.01 / 43.58 F1 (three QA "
-                        "seeds) against 47.95 at T = 1 (docs/results.md), so it is not the default. T = 2 (three "
-                        "pretraining seeds): recall 0.34–0.35, routers level or above, but QA 38.74 / 46.48 / 49.31 "
-                        "F1, so not the default either. "
+                        "them less plausible, so easier to detect. Default 2 for a tiny ELECTRA from scratch that "
+                        "plans ≥ 1,000 steps (three pretraining seeds at 2e14 FLOPs: recall on replaced tokens "
+                        "0.34–0.35 vs 0.06–0.07 at T = 1, livedoor-title routers 0.715 vs 0.699; QA from it needs "
+                        "`denki finetune qa`'s answerable head, its default for ELECTRA bundles: one seed's QA "
+                        "median 38.7 F1 without, 47.3 with), else 1, the paper's. T = 3: recall 0.46–0.48 but QA "
+                        "38.87 / 47.01 / 43.58 F1 without the head (docs/results.md). "
                         "The probe's AUC and recall sample at T = 1, so runs compare; disc_auc_own_t is the AUC at T")
     p.add_argument("--adam-eps", type=float, default=None, metavar="EPS",
                    help="AdamW's epsilon (default torch's 1e-8; the official ELECTRA code uses 1e-6)")

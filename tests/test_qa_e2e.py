@@ -141,3 +141,34 @@ def test_fine_tuning_lr_defaults_by_encoder_width():
 
     assert [default_lr(h) for h in (128, 256, 768)] == [1e-3, 3e-4, 1e-4]  # tiny, small, base
     assert [default_layer_decay(h) for h in (128, 256, 768)] == [1.0, 0.8, 0.8]
+
+
+def test_answerable_head_default_follows_the_pretraining_objective(qa_bundle, tmp_path, capsys):
+    """No --answerable-head / --no-answerable-head: on for a bundle denki pretrained with ELECTRA (measured to help
+    on JaQuAD), off for anything else; the report says which way it was chosen."""
+    import shutil
+
+    from models.training.defaults import default_answerable_head
+
+    root, _ = qa_bundle
+    electra = tmp_path / "electra"
+    shutil.copytree(root / "pre", electra)
+    mp = electra / "manifest.json"
+    manifest = json.loads(mp.read_text(encoding="utf-8"))
+    manifest["source"] = {**(manifest.get("source") or {}), "objective": "electra"}
+    mp.write_text(json.dumps(manifest), encoding="utf-8")
+    assert default_answerable_head(manifest) is True
+    assert default_answerable_head({"kind": "pretrained", "source": {"objective": "mlm"}}) is False
+    assert default_answerable_head({"kind": "pretrained", "source": {"init": "import"}}) is False
+    assert default_answerable_head({"init": "random", "size": "tiny"}) is False and not default_answerable_head(None)
+    args = ["--train", str(SAMPLE_QA_TRAIN), "--dev", str(SAMPLE_QA_DEV), "--max-length", "128", "--doc-stride",
+            "64", "--max-steps", "2", "--batch-size", "8", "--max-train-examples", "40", "--max-dev-examples", "20",
+            "--no-progress", "--threads", "1"]
+    for model, extra, head, by in ((electra, [], True, "default"), (electra, ["--no-answerable-head"], False, "option"),
+                                   (root / "pre", [], False, "default")):
+        out = tmp_path / f"qa-{model.name}-{len(extra)}"
+        assert main(["finetune", "qa", "--model", str(model), "--out", str(out), *args, *extra]) == 0
+        assert read_task(out / "bundle")["answerable_head"] is head
+        settings = json.loads((out / "report.json").read_text(encoding="utf-8"))["settings"]
+        assert settings["answerable_head"] is head and settings["answerable_head_by"] == by
+        assert ("training the answerable head (the default" in capsys.readouterr().err) is (head and by == "default")

@@ -1,4 +1,4 @@
-"""Collect issue 15's answerable-head QA runs of session 44 into docs/anshead/report.md|json (dev scores).
+"""Collect issue 15's answerable-head QA runs (sessions 44 and 45) into docs/anshead/report.md|json (dev scores).
 
 Why: the tempered encoders (--gen-temperature 2 / 3) lose the QA goal on some fine-tuning seeds through the
 answer / no-answer decision, not through their spans (docs/results.md). `denki finetune qa --answerable-head`
@@ -8,6 +8,12 @@ rule on dev. Runs (machine C, one thread each, two side by side):
     CORE=1 bash docs/qa-cc1/run.sh electra-cc1-t2-2e14-ans-seed1 --model runs/hybrid/electra-cc1-t2-2e14/bundle --seed 1 --answerable-head
     CORE=0 bash docs/qa-cc1/run.sh electra-cc1-t2-2e14-ans-seed2 --model runs/hybrid/electra-cc1-t2-2e14/bundle --seed 2 --answerable-head
     CORE=1 bash docs/qa-cc1/run.sh electra-cc1-lr1e3s2c-2e14-ans --model runs/hybrid/electra-cc1-lr1e3s2c-2e14/bundle --answerable-head
+Session 45's confirmation runs (machine D: Intel Xeon, 2 cores, flags avx2 avx512f avx512_vnni avx512_bf16
+avx512_fp16 amx_tile; one thread each, two side by side) re-pretrained T = 2's pretraining seeds 1 and 2 with the
+commands of docs/results.md (`… pretrain … --gen-temperature 2 --seed 1`, see that section) and fine-tuned them with
+the head:
+    CORE=0 bash docs/qa-cc1/run.sh electra-cc1-t2s1-2e14-ans --model runs/hybrid/electra-cc1-t2s1-2e14/bundle --answerable-head
+    CORE=1 bash docs/qa-cc1/run.sh electra-cc1-t2s2d-2e14-ans --model runs/hybrid/electra-cc1-t2s2d-2e14/bundle --answerable-head
 Reads runs/qa-cc1 where present and keeps copies here, so that the report regenerates without those runs:
     python docs/anshead/summarize.py"""
 import json
@@ -31,6 +37,7 @@ def report(name: str | None = None, kept: Path | None = None) -> dict | None:
 
 T2S0 = "ELECTRA T = 2, pretraining seed 0 (machine C)"
 T1S2 = "ELECTRA T = 1 (the default), pretraining seed 2"
+T2S1, T2S2 = "ELECTRA T = 2, pretraining seed 1", "ELECTRA T = 2, pretraining seed 2"
 ROWS = (  # (encoder, head, report)
     (T2S0, "no", lambda: report(kept=DOCS / "t3more/qa-electra-cc1-t2-2e14.json")),
     (T2S0, "no", lambda: report(kept=DOCS / "posinit/qa-electra-cc1-t2-2e14-seed1.json")),
@@ -41,6 +48,11 @@ ROWS = (  # (encoder, head, report)
     (T1S2 + " (machine B)", "no", lambda: report(kept=DOCS / "qa-cc1/electra-cc1-2e14-s2/report.json")),
     (T1S2 + " (machine C, tile)", "no", lambda: report(kept=DOCS / "posinit/qa-electra-cc1-lr1e3s2c-2e14-tile.json")),
     (T1S2 + " (machine C)", "**yes**", lambda: report("electra-cc1-lr1e3s2c-2e14-ans")),
+    (T2S1 + " (machine C)", "no", lambda: report(kept=DOCS / "t3more/qa-electra-cc1-t2s1-2e14.json")),
+    (T2S1 + " (re-pretrained, machine D)", "**yes**", lambda: report("electra-cc1-t2s1-2e14-ans")),
+    (T2S2 + " (machine C)", "no", lambda: report(kept=DOCS / "t3more/qa-electra-cc1-t2s2c-2e14.json")),
+    (T2S2 + " (machine C)", "no", lambda: report(kept=DOCS / "t3more/qa-electra-cc1-t2s2c-2e14-seed1.json")),
+    (T2S2 + " (re-pretrained, machine D)", "**yes**", lambda: report("electra-cc1-t2s2d-2e14-ans")),
 )
 
 

@@ -4,11 +4,13 @@
 #   CORE=1 bash docs/qa-cc1/run.sh NAME SOURCE…  → runs/qa-cc1/NAME (report.md/json); SOURCE is the encoder:
 #   CORE=1 bash docs/qa-cc1/run.sh electra-cc1-1e14 --model runs/hybrid/electra-cc1-1e14/bundle
 #   CORE=1 bash docs/qa-cc1/run.sh random --init-random tiny --tokenizer runs/tok8k   (the random-init control)
+# --no-answerable-head first: the plain head these sections measured (finetune qa's default trains the head for an
+# ELECTRA bundle since "T = 2 and the answerable head as the defaults"); an --answerable-head in SOURCE… wins.
 cd "$(dirname "$0")/../.."  # the repository root
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 D=../shared/data; CORE=${CORE:-1}; name=$1; shift
 start=$(date +%s)
-taskset -c $CORE .venv/bin/denki finetune qa "$@" --train $D/jaquad_train.squad2.json.gz \
+taskset -c $CORE .venv/bin/denki finetune qa --no-answerable-head "$@" --train $D/jaquad_train.squad2.json.gz \
   --dev $D/jaquad_dev.squad2.json.gz --out runs/qa-cc1/$name --max-length 384 --doc-stride 128 --max-answer-length 30 \
   --seeds 1 --epochs 1 --lr 1e-3 --batch-size 32 --threads 1 --no-progress
 echo "EXIT $? wall $(( $(date +%s) - start )) s"

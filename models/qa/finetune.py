@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from models.qa.data import QAData, QAExample, read_qa
 from models.qa.features import QAFeatures, build_features
 from models.qa.metrics import f1_vs_threshold, max_over_golds, squad_v2_metrics
 from models.qa.postprocess import NO_SPAN, apply_threshold, postprocess_predictions
-from models.training.defaults import default_lr
+from models.training.defaults import default_answerable_head, default_lr
 from models.training.positions import POSITION_INITS, tile_positions, trained_positions
 
 TASK_FORMAT = 1
@@ -344,13 +345,14 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
                 batch_size: int = 32, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
                 layer_decay: float = 1.0, n_best: int = 20, max_train_examples: int | None = None,
                 max_dev_examples: int | None = None, max_steps: int | None = None, strict: bool = False,
-                answerable_head: bool = False, device: str = "auto", threads: int | None = None,
+                answerable_head: bool | None = None, device: str = "auto", threads: int | None = None,
                 progress: bool = True, init_random: str | None = None, tokenizer_dir: str | None = None,
                 position_init: str = "keep") -> dict:
     """Fine-tune ``seeds`` models from the pretrained bundle ``model`` (or, with ``init_random`` SIZE and
     ``tokenizer_dir``, from random init: the control), keep the median one, tune the null threshold on dev, write
     the bundle and its report. ``lr`` None → the default for the encoder's width (1e-3 tiny, 3e-4 small, 1e-4 base:
-    :mod:`models.training.defaults`). ``position_init`` "tile" copies the pretrained position rows over those
+    :mod:`models.training.defaults`). ``answerable_head`` None → :func:`default_answerable_head` of the source
+    (on for an ELECTRA-pretrained bundle). ``position_init`` "tile" copies the pretrained position rows over those
     pretraining never trained (:mod:`models.training.positions`); "keep" leaves them. Returns the report dict."""
     import torch
 
@@ -375,6 +377,12 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
         tokenizer_dir = model
     else:
         src_manifest, health_warning = {"init": "random", "size": init_random}, None
+    head_by = "option" if answerable_head is not None else "default"
+    if answerable_head is None:
+        answerable_head = default_answerable_head(src_manifest)
+        if answerable_head:
+            print("denki: training the answerable head (the default for an ELECTRA-pretrained bundle; "
+                  "--no-answerable-head to leave it out)", file=sys.stderr, flush=True)
     tile_from = trained_positions(src_manifest) if position_init == "tile" else None
     dev_t = pick_device(device)
     tok = JapaneseTokenizer.load(tokenizer_dir)
@@ -425,7 +433,8 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
                 "warmup_ratio": warmup_ratio, "weight_decay": weight_decay, "layer_decay": layer_decay,
                 "seeds": seeds, "seed": seed,
                 "max_train_examples": max_train_examples, "max_dev_examples": max_dev_examples,
-                "max_steps": max_steps, "answerable_head": answerable_head, "init_random": init_random,
+                "max_steps": max_steps, "answerable_head": answerable_head, "answerable_head_by": head_by,
+                "init_random": init_random,
                 "position_init": position_init, "pretrained_positions": tile_from, "device": str(dev_t),
                 "torch_threads": torch.get_num_threads()}
     task = {"task": "qa", "format": TASK_FORMAT, "null_threshold": thr, "max_answer_length": max_answer_length,

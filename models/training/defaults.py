@@ -26,3 +26,16 @@ def default_layer_decay(hidden_size: int) -> float:
     0.33× the LR, and a tiny pretrained checkpoint fine-tuned worse for it (livedoor titles, one seed: 0.58 vs 0.64
     at 1.0; random init 0.69 either way; docs/results.md)."""
     return 1.0 if hidden_size <= 128 else 0.8
+
+
+def default_answerable_head(source_manifest: dict | None) -> bool:
+    """Whether ``denki finetune qa`` trains the answerable head (models/qa/heads.py) when neither
+    ``--answerable-head`` nor ``--no-answerable-head`` is given: on for a bundle that denki pretrained with
+    replaced-token detection (manifest ``source.objective`` "electra"), off otherwise.
+
+    Measured on JaQuAD (docs/results.md, "The answerable head on the QA-fragile encoder" and "T = 2 and the answerable
+    head as the defaults"): on tiny ELECTRA encoders at 2e14 FLOPs the head moved a QA-fragile encoder's median of 3
+    QA seeds from 38.7 to 47.3 dev F1 and cost the default encoder nothing (48.0 → 49.3). Off where it is unmeasured
+    or did not help: MLM (one run, where the plain [CLS] rule won on dev), random init, imported checkpoints."""
+    src = (source_manifest or {}).get("source") or {}
+    return (source_manifest or {}).get("kind") == "pretrained" and src.get("objective") == "electra"

@@ -121,7 +121,10 @@ def _finetune_stage(cfg: ExperimentConfig, model: Model, task: TaskSpec, seed: i
         rep = finetune_qa(model=str(model.bundle), train=task.train, dev=task.dev, out=str(d),
                           max_length=cfg.qa_max_length,
                           doc_stride=cfg.qa_doc_stride or cfg.qa_max_length // 2, seeds=1, seed=seed,
-                          device=cfg.device, progress=cfg.progress, **kw)
+                          device=cfg.device, progress=cfg.progress,
+                          # the same QA recipe for every encoder of an experiment (finetune qa's default would
+                          # train the answerable head for ELECTRA bundles only), as its earlier cells were run
+                          answerable_head=False, **kw)
         m = rep["seeds"][0]["dev_metrics"]
         res = {k: m.get(k) for k in ("best_f1", "f1", "exact", "HasAns_f1", "NoAns_exact", "best_exact",
                                      QA_SPAN_METRIC)}
