@@ -284,6 +284,10 @@ def test_qa_with_answerable_head_exports_its_third_output_and_serves_each_null_r
                         progress=False)
     parity = man["metrics"]["parity"]
     assert parity["fp32"]["passed"] and parity["o2"]["passed"] and parity["int8"]["ran"] and parity["n"] == len(rows)
+    # an int8 variant failing the strict gate names the head and the two ways out (agreement > 1 always fails)
+    with pytest.raises(DenkiError, match="has the answerable head.*--no-answerable-head"):
+        export_bundle(src, tmp_path / "onnx-strict", quantize="int8", min_agreement=1.01, progress=False)
+    assert not (tmp_path / "onnx-strict").exists()
     assert json.loads((tmp_path / "onnx/config.json").read_text(encoding="utf-8"))["architectures"] == [
         "ElectraForQuestionAnswering"]
     p = Predictor(tmp_path / "onnx", backend="fp32", device="cpu")
