@@ -56,8 +56,8 @@ def register_finetune(sub) -> None:
                         "task.json; `denki export` and the runtime carry it. Default: on for a bundle denki "
                         "pretrained with ELECTRA, off otherwise (MLM, random init, imports: unmeasured or no gain). "
                         "Measured on JaQuAD: a QA-fragile encoder's median of 3 seeds 38.7 → 47.3 F1, the T = 1 "
-                        "encoder 48.0 → 49.3. Its int8 exports failed the parity gate (91–93 %% agreement); fp32 / O2 "
-                        "match (docs/results.md)")
+                        "encoder 48.0 → 49.3. Its int8 exports agreed on 91 %% (one model, refused by the parity gate) and "
+                        "99 %% (another) of the parity answers; fp32 / O2 match (docs/results.md)")
     p.add_argument("--position-init", choices=POSITION_INITS, default="keep",
                    help="the position embeddings pretraining never trained (rows from its --seq-len, 128 by "
                         "default, on; a 384-token window uses them): keep their random init (default), or tile "

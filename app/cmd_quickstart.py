@@ -172,9 +172,9 @@ def cmd_quickstart(args) -> int:
         run(model=str(pre_dir / "bundle"), train=str(QA[0]), dev=str(QA[1]), out=str(qa_dir), max_length=256,
             doc_stride=64, epochs=3.0, seeds=1, seed=args.seed, batch_size=16, threads=args.threads,
             # no answerable head, even from --objective electra: its evidence is tiny ELECTRA at 2e14 FLOPs on all
-            # of JaQuAD; at this budget QA stays at the always-「回答なし」 floor either way, and the int8 export of
-            # the one head model measured failed the parity gate (docs/results.md): the quickstart's int8 QA
-            # model would likely be left out
+            # of JaQuAD; at this budget QA stays at the always-「回答なし」 floor either way, and int8 exports of
+            # head models can fail the parity gate (one of the two measured did, docs/qa.md), which would leave
+            # the quickstart's int8 QA model out
             answerable_head=False)
 
     st.run("fine-tune QA (samples/qa_*.jsonl)", (qa_dir / "bundle" / "manifest.json").is_file(), finetune_qa)
