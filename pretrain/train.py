@@ -108,7 +108,7 @@ def default_cls_contrast(size: str, objective: str, planned_steps: int | None) -
 def default_gen_temperature(size: str, objective: str, planned_steps: int | None) -> float:
     """The --gen-temperature a run gets when none is given: ``TINY_RTD_LONG["gen_temperature"]`` (2) for a long tiny
     ELECTRA, else 1, the paper's."""
-    return TINY_RTD_LONG.get("gen_temperature", 1.0) if long_tiny_rtd(size, objective, planned_steps) else 1.0
+    return TINY_RTD_LONG["gen_temperature"] if long_tiny_rtd(size, objective, planned_steps) else 1.0
 
 
 #: MLM's mask rate from scratch at size tiny: 40 %, from evidence (docs/results.md, "MLM with a 40 % mask rate"):

@@ -37,5 +37,5 @@ def default_answerable_head(source_manifest: dict | None) -> bool:
     head as the defaults"): on tiny ELECTRA encoders at 2e14 FLOPs the head moved a QA-fragile encoder's median of 3
     QA seeds from 38.7 to 47.3 dev F1 and cost the default encoder nothing (48.0 → 49.3). Off where it is unmeasured
     or did not help: MLM (one run, where the plain [CLS] rule won on dev), random init, imported checkpoints."""
-    src = (source_manifest or {}).get("source") or {}
-    return (source_manifest or {}).get("kind") == "pretrained" and src.get("objective") == "electra"
+    m = source_manifest or {}
+    return m.get("kind") == "pretrained" and (m.get("source") or {}).get("objective") == "electra"
