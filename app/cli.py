@@ -1,6 +1,7 @@
-"""The ``denki`` command line: one console script, one module per command group.
+"""The ``denki`` command line: one console script, one module per command.
 
-Each ``app/cmd_*.py`` module exposes ``register(subparsers)``; heavy imports (torch, transformers, gradio) happen
+``denki X`` is registered by ``app/cmd_X.py`` (dashes as underscores; ``tests/test_layout.py`` keeps this true),
+which exposes ``register(subparsers)``; heavy imports (torch, transformers, gradio) happen
 inside the handlers so that ``denki --help`` stays fast.
 """
 from __future__ import annotations
@@ -16,13 +17,18 @@ from models.io.errors import DenkiError
 COMMAND_MODULES = [
     "app.cmd_quickstart",
     "app.cmd_tokenizer",
+    "app.cmd_tokenize",
     "app.cmd_import",
+    "app.cmd_checkpoints",
     "app.cmd_pretrain",
     "app.cmd_experiment",
     "app.cmd_finetune",
-    "app.cmd_serve",
+    "app.cmd_evaluate",
+    "app.cmd_export",
+    "app.cmd_classify",
+    "app.cmd_bench",
     "app.cmd_demo",
-    "app.cmd_httpserve",
+    "app.cmd_serve",
 ]
 
 
@@ -52,6 +58,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: options that take a bundle (or a tokenizer directory, which every pretrained bundle is): a shipped checkpoint's
+#: name works there as well as a path (`denki checkpoints`)
+NAMED_BUNDLE_OPTIONS = ("model", "init_from", "tokenizer")
+
+
+def _resolve_checkpoint_names(args) -> None:
+    """Replace a checkpoint name given to a bundle option by the checkpoint's folder; a value that is neither an
+    existing path nor a name is an error that lists the names."""
+    from pathlib import Path
+
+    from models.bundle.checkpoints import checkpoint_names, resolve_model_arg
+
+    if getattr(args, "command", None) == "import":  # its --model may be a hub id in the local cache
+        return
+    for key in NAMED_BUNDLE_OPTIONS:
+        value = getattr(args, key, None)
+        if not isinstance(value, str) or not value:
+            continue
+        resolved = resolve_model_arg(value)
+        if not Path(resolved).exists():
+            names = ", ".join(checkpoint_names()) or "none shipped"
+            raise DenkiError(f"--{key.replace('_', '-')} {value}: not found (neither a path nor a checkpoint name; "
+                             f"checkpoints: {names})")
+        setattr(args, key, resolved)
+
+
 def main(argv: list[str] | None = None) -> int:
     _quiet_offline_env()
     parser = build_parser()
@@ -62,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         (getattr(args, "_group_parser", None) or parser).print_help()
         return 2
     try:
+        _resolve_checkpoint_names(args)
         return int(func(args) or 0)
     except DenkiError as e:
         print(f"denki: error: {e}", file=sys.stderr)

@@ -279,7 +279,7 @@ def test_fastest_at_load_never_picks_a_failing_variant(bundle):
 def test_picker_path_is_torch_free(bundle):
     code = (
         "import sys; from serve.runtime import Predictor; from serve.fastpath import measure, record;"
-        "from app.cmd_serve import cmd_bench_pick;"
+        "from app.cmd_bench import cmd_bench_pick;"
         f"p = Predictor({str(bundle)!r}, backend='fastest', device='cpu', threads=1); p.classify(['ログイン']);"
         "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')];"
         "assert not bad, bad; print('ok', p.describe())"

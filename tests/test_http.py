@@ -331,7 +331,7 @@ def test_graceful_shutdown_finishes_in_flight(cls_pred):
 
 # ----------------------------------------------------------------------------------------------------- command
 def test_cli_help_and_no_torch():
-    code = ("import sys, serve.http, serve.microbatch, app.cmd_httpserve; "
+    code = ("import sys, serve.http, serve.microbatch, app.cmd_serve; "
             "from app.cli import build_parser; "
             "a = build_parser().parse_args(['serve', '--classifier', 'X', '--no-batching', '--max-batch', '4']); "
             "assert a.port == 8080 and a.host == '127.0.0.1' and a.no_batching and a.max_batch == 4; "

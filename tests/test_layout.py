@@ -7,6 +7,7 @@ lazy import cannot hide a circle. Fast: one subprocess, no model.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -183,3 +184,48 @@ def test_serve_imports_no_torch():
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.startswith("ok"), r.stdout
+
+
+def _top_level_commands(parser) -> dict:
+    import argparse
+
+    acts = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(acts[0].choices) if acts else {}
+
+
+def test_each_command_lives_in_a_file_named_after_it():
+    """``denki X`` is registered by ``app/cmd_X.py`` (dashes as underscores) and by no other module; every
+    ``app/cmd_*.py`` is such a module, or a helper ``cmd_<command>_<sub>.py`` of one of its subcommands."""
+    import argparse
+    import importlib
+
+    from app.cli import build_parser
+
+    commands = _top_level_commands(build_parser())
+    assert {"serve", "export", "classify", "bench", "finetune"} <= set(commands), "the parser lost commands"
+    files = {p.stem[len("cmd_"):]: p for p in sorted((REPO / "app").glob("cmd_*.py"))}
+    wrong = []
+    for name, sub in commands.items():
+        stem = name.replace("-", "_")
+        if stem not in files:
+            wrong.append(f"`denki {name}`: no app/cmd_{stem}.py")
+            continue
+        src = files[stem].read_text(encoding="utf-8")
+        if not re.search(r"add_parser\(\s*" + re.escape(repr(name)).replace("'", "[\"']"), src):
+            wrong.append(f"`denki {name}`: app/cmd_{stem}.py does not add_parser({name!r})")
+        # registering the module alone on a fresh parser adds exactly this command
+        fresh = argparse.ArgumentParser(prog="denki").add_subparsers()
+        importlib.import_module(f"app.cmd_{stem}").register(fresh)
+        if sorted(fresh.choices) != [name]:
+            wrong.append(f"app/cmd_{stem}.py registers {sorted(fresh.choices)}, not just `denki {name}`")
+    stems = {n.replace("-", "_"): n for n in commands}
+    for stem, path in files.items():
+        if stem in stems:
+            continue
+        # a helper cmd_<command>_<sub>.py: the command exists and has that subcommand
+        helper = [(c, s) for c in stems for s in _top_level_commands(commands[stems[c]])
+                  if stem == f"{c}_{s.replace('-', '_')}"]
+        if not helper:
+            wrong.append(f"app/{path.name}: no `denki {stem.replace('_', '-')}` command (and not a "
+                         f"cmd_<command>_<sub>.py helper of an existing subcommand)")
+    assert not wrong, "\n".join(wrong)
