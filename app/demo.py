@@ -216,6 +216,23 @@ def latency_stats(history: list[dict]) -> tuple[str, object]:
 
 
 # ------------------------------------------------------------------ Gradio wiring
+def _shorten(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def example_label(example: list[str]) -> str:
+    """What an example's button shows: the inquiry, or the question and the start of its passage.
+
+    The examples are given as labels because Gradio 6.17 leaves the cells of an examples *table* (the layout of a
+    two-input gr.Examples) empty when it sits in a tab not shown first (its frontend fails reading the cells'
+    component props); labelled examples are plain text buttons that show on every tab. Clicking one still fills
+    the inputs with the full example."""
+    if len(example) == 1:
+        return _shorten(example[0], 80)
+    return f"{_shorten(example[0], 60)} ／ 本文: {_shorten(example[1], 40)}"
+
+
 def build_app(models: DemoModels):
     import gradio as gr
 
@@ -233,8 +250,10 @@ def build_app(models: DemoModels):
             scores = gr.Label(label="上位の確信度", num_top_classes=5, elem_id="route-scores")
             why_md = gr.Markdown(elem_id="route-why")
             cls_timing = gr.JSON(label="レイテンシ (ms)", elem_id="route-timing")
-            if models.examples("classifier"):
-                gr.Examples(models.examples("classifier"), inputs=[inquiry], label="例")
+            cls_examples = models.examples("classifier")
+            if cls_examples:
+                gr.Examples(cls_examples, inputs=[inquiry], label="例", elem_id="route-examples",
+                            example_labels=[example_label(e) for e in cls_examples])
         with gr.Tab("回答抽出", visible=models.dirs["qa"] is not None):
             qa_backend = gr.Radio(models.backends("qa"), value=(models.backends("qa") or [None])[0],
                                   label="バックエンド", elem_id="qa-backend")
@@ -245,8 +264,10 @@ def build_app(models: DemoModels):
             highlighted = gr.HighlightedText(label="本文中の回答", color_map={"回答": "orange", "候補（不採用）": "lightgray"},
                                              elem_id="qa-highlight", combine_adjacent=True)
             qa_timing = gr.JSON(label="レイテンシ (ms)", elem_id="qa-timing")
-            if models.examples("qa"):
-                gr.Examples(models.examples("qa", 3), inputs=[question, passage], label="例")
+            qa_examples = models.examples("qa", 3)
+            if qa_examples:
+                gr.Examples(qa_examples, inputs=[question, passage], label="例", elem_id="qa-examples",
+                            example_labels=[example_label(e) for e in qa_examples])
         with gr.Tab("バッチ", visible=models.dirs["classifier"] is not None):
             gr.Markdown("CSV（ヘッダー行あり）または JSONL をアップロードすると、各行に label / score / route を"
                         "付けたファイルを返します。処理できない行はエラーファイルに行番号と理由付きで出力されます。")

@@ -1,6 +1,7 @@
 """End to end in a real browser: start `denki demo` on a free loopback port, drive headless Chromium with
 Playwright (Debian's /usr/bin/chromium; `.ci/run` installs it and a Japanese font), route an inquiry, ask a
-question, see the highlighted answer, and save screenshots."""
+question, see the highlighted answer, check that both tabs' example lists show their texts, and save
+screenshots."""
 from __future__ import annotations
 
 import os
@@ -16,6 +17,8 @@ import pytest
 from .conftest import REPO, free_port
 
 CHROMIUM = os.environ.get("DENKI_CHROMIUM", "/usr/bin/chromium")
+#: one example of a gr.Examples, as a button (gallery layout) or a table row (table layout)
+EXAMPLE_ROWS = ".gallery-item, tr.tr-body"
 
 
 
@@ -56,8 +59,19 @@ def demo_url(onnx_classifier, onnx_qa, tmp_path_factory):
         log.close()
 
 
-def test_demo_in_browser(demo_url, tmp_path):
+def _start(text: str, n: int = 12) -> str:
+    return " ".join(text.split())[:n]
+
+
+def test_demo_in_browser(demo_url, onnx_classifier, onnx_qa, tmp_path):
     from playwright.sync_api import expect, sync_playwright
+
+    from app.demo import DemoModels
+
+    # the examples the demo shows: real ones from each bundle's dev sample
+    examples = DemoModels(str(onnx_classifier), str(onnx_qa))
+    cls_examples, qa_examples = examples.examples("classifier"), examples.examples("qa", 3)
+    assert cls_examples and qa_examples, "the test bundles carry no dev sample: nothing to check"
 
     shots = Path(os.environ.get("DENKI_SCREENSHOT_DIR", tmp_path))
     shots.mkdir(parents=True, exist_ok=True)
@@ -68,8 +82,15 @@ def test_demo_in_browser(demo_url, tmp_path):
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"])
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 1400})
+            page_errors: list[str] = []  # uncaught errors in the page's scripts (a broken component shows none)
+            page.on("pageerror", lambda e: page_errors.append(str(e)))
             page.goto(demo_url, wait_until="domcontentloaded")  # Gradio keeps a stream open: no "networkidle"
             page.locator("#route-input textarea").wait_for(timeout=60_000)
+            # the routing tab's examples show their texts, one readable entry each
+            shown = page.locator("#route-examples").locator(EXAMPLE_ROWS)
+            expect(shown).to_have_count(len(cls_examples), timeout=20_000)
+            for cell, (text,) in zip(shown.all_inner_texts(), cls_examples):
+                assert cell.strip().startswith(_start(text)), (cell, text)
             # routing
             route = page.locator("#route-output")
             # On a loaded machine the textarea can be in the page before Gradio listens to it: a value filled then
@@ -89,6 +110,15 @@ def test_demo_in_browser(demo_url, tmp_path):
             page.screenshot(path=str(shots / "demo_routing.png"), full_page=True)
             # QA
             page.get_by_role("tab", name="回答抽出").click()
+            # the QA tab's examples show the question and the start of its passage (they were empty rows)
+            shown = page.locator("#qa-examples").locator(EXAMPLE_ROWS)
+            expect(shown).to_have_count(len(qa_examples), timeout=20_000)
+            for cell, (q, ctx) in zip(shown.all_inner_texts(), qa_examples):
+                cell = " ".join(cell.split())
+                assert cell.startswith(_start(q)) and _start(ctx, 8) in cell, (cell, q, ctx[:40])
+            shown.first.click()  # an example fills both inputs with the full texts
+            expect(page.locator("#qa-question textarea")).to_have_value(qa_examples[0][0], timeout=10_000)
+            expect(page.locator("#qa-passage textarea")).to_have_value(qa_examples[0][1], timeout=10_000)
             passage = "富士山は静岡県と山梨県にまたがる活火山である。標高は3776メートルで、日本最高峰である。"
             page.locator("#qa-question textarea").fill("富士山の標高は何メートルですか?")
             page.locator("#qa-passage textarea").fill(passage)
@@ -107,6 +137,7 @@ def test_demo_in_browser(demo_url, tmp_path):
             # latency tab shows the session's requests
             page.get_by_role("tab", name="レイテンシ").click()
             expect(page.locator("#latency-table")).to_contain_text("int8", timeout=15_000)
+            assert not page_errors, page_errors
         finally:
             browser.close()
     assert (shots / "demo_routing.png").stat().st_size > 10_000
