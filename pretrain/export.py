@@ -6,9 +6,10 @@
 
 Both load with ``transformers.AutoModel.from_pretrained(BUNDLE)`` (→ ``ElectraModel``) and
 ``ElectraForSequenceClassification.from_pretrained(BUNDLE)`` (its ``electra.*`` weights; the head is new).
-The generator is not exported (it is a training device only) — except after continued RTD pretraining
-(``--init-from``), whose bundle keeps it in ``generator/`` (as ``denki import --generator`` does), so that a
-further continued run can start from it too.
+The generator is not exported at the end of a run from scratch (it is a training device only), but continued RTD
+pretraining (``--init-from``) keeps it in ``generator/`` (as ``denki import --generator`` does), so that a further
+continued run can start from it too; ``denki pretrain export --generator`` keeps it for any RTD checkpoint (the
+shipped general checkpoints carry theirs, so that users can continue RTD on their own corpus).
 """
 from __future__ import annotations
 
@@ -80,9 +81,11 @@ def load_pretrainer(checkpoint: str | os.PathLike):
     return model, ckpt, state
 
 
-def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
+def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.PathLike, *,
+                           generator: bool | None = None) -> dict:
     """Rebuild the model from a checkpoint (a ``step-…`` directory, or a run directory → its newest checkpoint)
-    and export it. The tokenizer comes from the run directory's ``tokenizer/`` copy."""
+    and export it. The tokenizer comes from the run directory's ``tokenizer/`` copy. ``generator``: keep an RTD
+    run's generator in ``generator/`` (None: only for a continued run, as at the end of training)."""
     import json
 
     from .runlog import bundle_metrics, last_diagnostics, read_metrics
@@ -113,6 +116,9 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
               **{k: ident.get(k) for k in ("disc_skip_special", "adam_eps", "cls_contrast", "gen_temperature")
                  if ident.get(k)},
               "command": command_line()}
-    gen = model.generator if init and mc["objective"] != "mlm" else None
+    rtd = mc["objective"] != "mlm"
+    if generator and not rtd:
+        raise DenkiError(f"{ckpt}: an MLM run has no generator to export")
+    gen = model.generator if rtd and (generator or (generator is None and init)) else None
     return export_bundle(model.export_model, tok_dir, out_dir, source=source, metrics=bundle_metrics(summary),
                          dropout=mc.get("export_dropout"), generator=gen)

@@ -187,7 +187,8 @@ class RTDPretrainer(nn.Module):
         logits, gen_cls = self._generator(masked_ids, attention_mask, positions)
         mlm_loss = F.cross_entropy(logits.float(), targets)
         # (M,), no grad; at --gen-temperature T ≠ 1 from softmax(logits / T)
-        sampled = self.sampler(logits / self.gen_temperature if self.gen_temperature != 1.0 else logits)
+        # the temperature divides fp32 logits: under bf16 autocast the LM head's output is bf16 (3 significant digits)
+        sampled = self.sampler(logits.float() / self.gen_temperature if self.gen_temperature != 1.0 else logits)
         disc_input = original_ids.clone()
         disc_input[positions] = sampled
         # a sampled token equal to the original is labelled "original"

@@ -44,13 +44,14 @@ from .masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
 from .model import OBJECTIVES, RTD_OBJECTIVES, build_pretrainer
 from .runlog import bundle_metrics, last_diagnostics, read_metrics
 
-#: `denki pretrain`'s objective when --objective is not given. Tiny: MLM, from evidence — at CPU budgets of 1e14
-#: and 2e14 FLOPs every tiny ELECTRA run measured (5 recipes, the best again at 2e14) fine-tuned 5–21 points of
-#: macro-F1 *below* the random-init control on livedoor titles (its discriminator's recall stays ≈ 0.05, AUC ≤ 0.70),
-#: while the compute-matched MLM encoder was at or above it on both tasks at both budgets (docs/results.md,
-#: "ELECTRA vs MLM at 2e14"). Small/base keep ELECTRA, the paper's regime (GPU budgets). --init-from keeps ELECTRA (an imported
+#: `denki pretrain`'s objective when --objective is not given: ELECTRA at every size. Tiny, from evidence at one
+#: CPU-hour (2e14 FLOPs, three pretraining seeds each, today's recipe: experiments/anshead, seeds2e14): ELECTRA's
+#: routers trail compute-matched MLM 40 % by about one pretraining-seed SD (livedoor titles 0.715 ± 0.007 vs
+#: 0.726 ± 0.009, question types 0.633 ± 0.042 vs 0.639 ± 0.016) while its QA leads by about 10 F1 (47–51 vs 36–39),
+#: and at the quickstart's 6e12 the two tie (experiments/qsobj). (Tiny defaulted to MLM while every tiny ELECTRA
+#: recipe fine-tuned below random init: experiments/top2e14.) --init-from keeps ELECTRA too (an imported
 #: discriminator continues RTD; give --objective mlm for a BERT).
-DEFAULT_OBJECTIVE = {"tiny": "mlm", "small": "electra", "base": "electra"}
+DEFAULT_OBJECTIVE = {"tiny": "electra", "small": "electra", "base": "electra"}
 
 
 
@@ -124,6 +125,34 @@ def default_mask_prob(size: str, objective: str, init_from=None) -> float:
     return MLM_TINY_MASK_PROB if objective == "mlm" and size == "tiny" and not init_from else DEFAULT_MASK_PROB
 
 
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def cpu_bf16_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
+    """The CPU flags that give native bf16 matrix work (``avx512_bf16``, ``amx_bf16``), as Linux lists them; [] where
+    none (or no /proc/cpuinfo)."""
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return []
+    return [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+
+
+def resolve_precision(precision: str, device_type: str) -> str:
+    """``auto`` → bf16 on CUDA; fp32 on CPUs until bf16 pretraining is measured downstream there (a tiny RTD step on
+    an avx512_bf16 core is 1.7× faster in bf16: docs/pretrain.md). ``bf16`` on a CPU without native bf16 runs,
+    emulated and slower, with a warning."""
+    if precision not in PRECISIONS:
+        raise DenkiError(f"--precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    if precision == "auto":
+        return "bf16" if device_type == "cuda" else "fp32"
+    if precision == "bf16" and device_type == "cpu" and not cpu_bf16_flags():
+        print("pretrain: WARNING: --precision bf16 on a CPU without avx512_bf16/amx_bf16 is emulated (slower than "
+              "fp32)", file=sys.stderr)
+    return precision
+
+
 # settings that define a run: changing any of them on resume is an error
 IDENTITY_KEYS = ("corpus_sha256", "tokenizer", "size", "objective", "batch_size", "seq_len", "lr", "seed",
                  "mask_prob", "gen_size", "disc_weight", "max_flops", "steps", "warmup_steps", "weight_decay",
@@ -181,6 +210,9 @@ class PretrainConfig:
     gen_init: str | None = None
     #: gen_init copy: generator depth (None: max(1, L // 4) of the discriminator's L layers)
     gen_layers: int | None = None
+    #: autocast precision of the forward/backward: auto | fp32 | bf16 (``resolve_precision``); master weights, the
+    #: optimizer, the losses and the generator's sampling stay fp32 either way
+    precision: str = "auto"
     extra: dict = field(default_factory=dict)
 
 
@@ -553,7 +585,8 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     # health probe (pretrain/diagnostics.py): fixed batch, run at every checkpoint and at the end
     probe_ids = probe_batch(cache, cfg.seq_len, cls_id=tok.cls_id, pad_id=tok.pad_id).to(device)
     last_diag = None
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else _null()
+    precision = resolve_precision(cfg.precision, device.type)
+    amp = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else _null()
     metrics_path = out / "metrics.jsonl"
 
     def new_acc():
@@ -650,7 +683,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     init_flops = init_rec.get("flops") if init_rec else None
     summary = {"finished": True, "objective": cfg.objective, "size": "init" if init_rec else cfg.size,
                "steps": step, "tokens": tokens, "flops": flops, "max_flops": cfg.max_flops, "wall_s": wall,
-               "world_size": world, "init_from": init_rec, "init_flops": init_flops,
+               "world_size": world, "precision": precision, "init_from": init_rec, "init_flops": init_flops,
                # pretraining FLOPs in the model, the checkpoint's included (unknown for an imported checkpoint)
                "total_flops": (flops + init_flops) if init_flops is not None else (None if init_rec else flops),
                "device": str(device), "final": rows[-1] if rows else last_row,
