@@ -1,6 +1,7 @@
 """`denki quickstart`: the whole pipeline on the sample shipped in samples/, then the demo.
 
-tokenizer → tiny pretraining (MLM by default, ``--objective electra`` for replaced-token detection) → routing
+a shipped general checkpoint continued on the sample corpus (domain-adaptive RTD; when none is shipped, or with
+``--from-checkpoint none``: a tokenizer and a tiny MLM encoder from scratch) → routing
 classifier (from the pretrained bundle, and from random init as the control; the better on dev is deployed) + QA
 fine-tuning → ONNX export (fp32 + O2 + int8, parity gated) → evaluation → summary table → demo. Every stage
 writes under ``--out`` and is skipped when its output exists, so re-running is cheap. Sized to finish in ≤ 10 minutes on 2 CPU cores.
@@ -29,14 +30,33 @@ QA = (SAMPLES / "qa_train.jsonl", SAMPLES / "qa_dev.jsonl")
 #: scored 0.750 vs 0.715 at 15 % (median of 3 seeds; random init 0.740; docs/results.md).
 QUICKSTART_OBJECTIVE = "mlm"
 OBJECTIVE_NAMES = {"mlm": "MLM", "electra": "ELECTRA"}
+#: the general checkpoint the quickstart continues from when it is shipped (--from-checkpoint auto)
+DEFAULT_CHECKPOINT = "denki-electra-tiny-ja"
+
+
+def resolve_start(value: str) -> dict | None:
+    """--from-checkpoint: the card of the checkpoint to continue from, or None (from scratch)."""
+    from models.bundle.checkpoints import checkpoint_names, find_checkpoint
+    from models.io.errors import DenkiError
+
+    if value == "none":
+        return None
+    card = find_checkpoint(DEFAULT_CHECKPOINT if value == "auto" else value)
+    if card is None and value != "auto":
+        raise DenkiError(f"--from-checkpoint {value}: no such checkpoint (shipped: "
+                         f"{', '.join(checkpoint_names()) or 'none'}; none = from scratch)")
+    if card is not None and card["kind"] != "pretrained":
+        raise DenkiError(f"--from-checkpoint {value}: a {card['kind']} checkpoint; give a pretrained one")
+    return card
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "quickstart", help="run the whole pipeline on the shipped sample data, then open the demo",
-        description="Run denki end to end on the sample data in samples/ (no ../shared needed): train the tokenizer, "
-                    "pretrain a tiny encoder (MLM by default, --objective electra for ELECTRA's replaced-token "
-                    "detection), fine-tune the routing classifier (from the pretrained bundle and, as "
+        description="Run denki end to end on the sample data in samples/ (no ../shared needed): continue the shipped "
+                    "general checkpoint on the sample corpus (domain-adaptive ELECTRA; --from-checkpoint none, or "
+                    "no checkpoint shipped: train a tokenizer and pretrain a tiny encoder from scratch, MLM by "
+                    "default, --objective electra for ELECTRA), fine-tune the routing classifier (from the pretrained bundle and, as "
                     "a control, from random init; the better on dev is deployed) and the QA model, export ONNX "
                     "(fp32 + O2 + int8) behind the parity gate, evaluate both, print a summary, and launch the demo "
                     "on 127.0.0.1. Each stage is skipped when its output already exists.",
@@ -50,6 +70,11 @@ def register(sub) -> None:
                    help="pretraining objective. MLM by default: at this budget it fine-tuned into a router as good as "
                         "ELECTRA's with a twentieth of the seed spread and into a QA model no worse (docs/results.md, "
                         "'The quickstart's objective'), and it is `denki pretrain --size tiny`'s default")
+    p.add_argument("--from-checkpoint", default="auto", metavar="NAME",
+                   help="start from a shipped general checkpoint (`denki checkpoints`): its tokenizer, then continued "
+                        "replaced-token detection on the sample corpus (domain-adaptive pretraining, --pretrain-flops) "
+                        "instead of a tokenizer and a tiny encoder trained from scratch. auto: "
+                        f"{DEFAULT_CHECKPOINT} when it is shipped, else from scratch; none: from scratch")
     p.add_argument("--port", type=int, default=7860, help="demo port")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2,
@@ -121,27 +146,38 @@ def cmd_quickstart(args) -> int:
     t_start = time.perf_counter()
     st = _Stages(8)
 
-    st.run("tokenizer (MeCab + WordPiece on samples/corpus_ja.txt)", (tok_dir / "vocab.txt").is_file(),
-           lambda: train_tokenizer([CORPUS], args.vocab_size, limit_alphabet=2500).save(tok_dir))
+    start = resolve_start(args.from_checkpoint)
+    objective = "electra" if start else args.objective  # continued RTD: the checkpoint is an ELECTRA
+    if start:
+        tok_dir = Path(start["path"])  # a pretrained bundle holds its tokenizer
+        st.run(f"tokenizer: the checkpoint's ({start['name']})", True, lambda: None)
+    else:
+        st.run("tokenizer (MeCab + WordPiece on samples/corpus_ja.txt)", (tok_dir / "vocab.txt").is_file(),
+               lambda: train_tokenizer([CORPUS], args.vocab_size, limit_alphabet=2500).save(tok_dir))
 
     done_summary = pre_dir / "summary.json"
     if done_summary.is_file():
-        had = json.loads(done_summary.read_text(encoding="utf-8")).get("objective")
-        if had and had != args.objective:
-            raise DenkiError(f"{pre_dir} holds a finished {had} pretraining, not {args.objective}: give another "
-                             f"--out, or --objective {had} to reuse it")
+        done = json.loads(done_summary.read_text(encoding="utf-8"))
+        had, had_init = done.get("objective"), (done.get("init_from") or {}).get("path")
+        if (had and had != objective) or bool(had_init) != bool(start):
+            what = f"{had} pretraining" + (f" continued from {had_init}" if had_init else "")
+            hint = (f", or --from-checkpoint {'none' if not had_init else 'NAME'}" if bool(had_init) != bool(start)
+                    else f", or --objective {had}")
+            raise DenkiError(f"{pre_dir} holds a finished {what}, not this run's: give another --out{hint} to reuse it")
 
     def pretrain():
         from pretrain.train import PretrainConfig, run_pretrain
 
         _pin_threads(args.threads)
 
-        run_pretrain(PretrainConfig(corpus=[str(CORPUS)], tokenizer=str(tok_dir), out=str(pre_dir), size="tiny",
-                                    objective=args.objective, max_flops=args.pretrain_flops, batch_size=32, seq_len=128,
-                                    seed=args.seed, device="auto", cache_dir=str(out / "cache")))
+        run_pretrain(PretrainConfig(corpus=[str(CORPUS)], tokenizer=None if start else str(tok_dir), out=str(pre_dir),
+                                    size="tiny", objective=objective, max_flops=args.pretrain_flops, batch_size=32,
+                                    seq_len=128, seed=args.seed, device="auto", cache_dir=str(out / "cache"),
+                                    init_from=start["path"] if start else None))
 
-    st.run(f"pretrain tiny {OBJECTIVE_NAMES[args.objective]} ({args.pretrain_flops:.1e} FLOPs)",
-           (pre_dir / "bundle" / "manifest.json").is_file(), pretrain)
+    what = (f"continue {start['name']} on samples/corpus_ja.txt (domain-adaptive RTD" if start else
+            f"pretrain tiny {OBJECTIVE_NAMES[objective]} (")
+    st.run(f"{what}, {args.pretrain_flops:.1e} FLOPs)", (pre_dir / "bundle" / "manifest.json").is_file(), pretrain)
 
     cls_ctrl = out / "classifier-random-init"
 
@@ -218,6 +254,7 @@ def cmd_quickstart(args) -> int:
         run_ident = (json.loads(run_json.read_text(encoding="utf-8")).get("identity", {}) if run_json.is_file() else {})
         summary = {
             "pretrain": {"objective": pre.get("objective"), "mask_prob": run_ident.get("mask_prob"),
+                         "init_from": (start or {}).get("name"), "init_flops": pre.get("init_flops"),
                          "flops": pre.get("flops"), "steps": pre.get("steps"),
                          "tokens": pre.get("tokens"),
                          "wall_s": pre.get("wall_s"), "final": pre.get("final"),
@@ -290,15 +327,22 @@ def format_summary(s: dict, out: Path, seconds: float) -> str:
     learned = (f"generator accuracy {f(fin.get('gen_acc'), True)}%, disc P/R {f(fin.get('disc_precision'), True)}/"
                f"{f(fin.get('disc_recall'), True)}%" if obj != "mlm" else
                f"masked-token accuracy {f(fin.get('gen_acc'), True)}%")
+    if p.get("init_from"):  # domain-adaptive: a shipped checkpoint continued on the sample
+        stage = f"{p['init_from']} continued on the sample ({name}{mask})"
+        source = f"{p['init_from']} + the sample"
+        spent = (f"{p['flops'] / 1e12:.1f} TFLOPs on top of the checkpoint's "
+                 f"{(p.get('init_flops') or 0) / 1e12:,.0f}")
+    else:
+        stage, source, spent = f"tiny {name}{mask}", f"tiny {name}", f"{p['flops'] / 1e12:.1f} TFLOPs"
     lines = [
         "",
         f"denki quickstart summary ({out}; pipeline {seconds / 60:.1f} min this run)",
         "",
         "| stage | result |",
         "|---|---|",
-        f"| pretraining (tiny {name}{mask}) | {p['flops'] / 1e12:.1f} TFLOPs, {p['steps']} steps, {p['tokens']:,} tokens, "
+        f"| pretraining ({stage}) | {spent}, {p['steps']} steps, {p['tokens']:,} tokens, "
         f"{(p.get('wall_s') or 0) / 60:.1f} min; {learned}" + _health(p) + " |",
-        f"| routing, dev accuracy / macro-F1 | from tiny {name}: {f(r['pytorch'].get('accuracy'), True)} / "
+        f"| routing, dev accuracy / macro-F1 | from {source}: {f(r['pytorch'].get('accuracy'), True)} / "
         f"{f(r['pytorch'].get('macro_f1'), True)} · from random init: "
         f"{f(r['pytorch_random_init'].get('accuracy'), True)} / {f(r['pytorch_random_init'].get('macro_f1'), True)}"
         f" · TF-IDF baseline: {f(r['tfidf_baseline'].get('accuracy'), True)} / "

@@ -12,7 +12,8 @@ def test_quickstart_pipeline_end_to_end_and_rerun_skips(tmp_path, capsys):
     from app.cli import main
 
     out = tmp_path / "qs"
-    assert main(["quickstart", "--no-demo", "--out", str(out), "--pretrain-flops", "1e12"]) == 0
+    assert main(["quickstart", "--no-demo", "--out", str(out), "--pretrain-flops", "1e12", "--from-checkpoint",
+                 "none"]) == 0
     printed = capsys.readouterr().out
     assert "denki quickstart summary" in printed and "TF-IDF baseline" in printed
     for d, kind in (("pretrain/bundle", "pretrained"), ("classifier/bundle", "classifier"),
@@ -45,7 +46,8 @@ def test_quickstart_pipeline_end_to_end_and_rerun_skips(tmp_path, capsys):
     for k in ("exact", "f1", "total"):
         assert s["qa"]["onnx"][k] is not None
     t0 = time.perf_counter()
-    assert main(["quickstart", "--no-demo", "--out", str(out), "--pretrain-flops", "1e12"]) == 0
+    assert main(["quickstart", "--no-demo", "--out", str(out), "--pretrain-flops", "1e12", "--from-checkpoint",
+                 "none"]) == 0
     assert capsys.readouterr().out.count("done already (skipped)") == 7
     assert time.perf_counter() - t0 < 60
 
@@ -59,6 +61,41 @@ def test_quickstart_refuses_to_reuse_a_pretraining_of_the_other_objective(tmp_pa
     (out / "pretrain" / "summary.json").write_text(json.dumps({"finished": True, "objective": "electra"}))
     (out / "tokenizer").mkdir()
     (out / "tokenizer" / "vocab.txt").write_text("[PAD]\n")  # the tokenizer stage counts as done
-    assert main(["quickstart", "--no-demo", "--out", str(out), "--objective", "mlm"]) == 2
+    assert main(["quickstart", "--no-demo", "--out", str(out), "--objective", "mlm", "--from-checkpoint", "none"]) == 2
     err = capsys.readouterr().err
     assert "holds a finished electra pretraining" in err and "--objective electra" in err
+
+
+def test_quickstart_continues_a_shipped_checkpoint(tmp_path, capsys, monkeypatch, tiny_tokenizer_dir):
+    """--from-checkpoint NAME: the checkpoint's tokenizer, RTD continued on the sample (domain-adaptive), the routers
+    from it and from random init on its vocabulary; a pretraining from scratch under --out is not reused for it."""
+    from app.cli import main
+    from models.bundle.checkpoints import write_sums
+
+    shelf = tmp_path / "shelf"
+    run = tmp_path / "general"
+    sample = "samples/corpus_ja.txt"
+    assert main(["pretrain", "--corpus", sample, "--tokenizer", str(tiny_tokenizer_dir), "--objective", "electra",
+                 "--out", str(run), "--steps", "3", "--batch-size", "4", "--seq-len", "32", "--device", "cpu",
+                 "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--no-export"]) == 0
+    ck = shelf / "stand-in"
+    assert main(["pretrain", "export", "--checkpoint", str(run), "--out", str(ck), "--generator"]) == 0
+    (ck / "card.json").write_text(json.dumps({"name": "stand-in", "kind": "pretrained"}), encoding="utf-8")
+    write_sums(ck)
+    monkeypatch.setenv("DENKI_CHECKPOINTS", str(shelf))
+    capsys.readouterr()
+    out = tmp_path / "qs"
+    assert main(["quickstart", "--no-demo", "--out", str(out), "--pretrain-flops", "1e12", "--from-checkpoint",
+                 "stand-in"]) == 0
+    printed = capsys.readouterr().out
+    assert "tokenizer: the checkpoint's (stand-in): done already" in printed
+    s = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert s["pretrain"]["init_from"] == "stand-in" and s["pretrain"]["objective"] == "electra"
+    assert "| pretraining (stand-in continued on the sample (ELECTRA" in printed and "from stand-in + the sample" in printed
+    assert json.loads((out / "pretrain" / "run.json").read_text())["init_from"]["path"] == str(ck)
+    assert verify_bundle(out / "classifier-onnx")["kind"] == "onnx-classifier"
+    # the vocabulary of every model is the checkpoint's
+    for d in ("classifier/bundle", "classifier-random-init/bundle", "qa/bundle"):
+        assert (out / d / "vocab.txt").read_bytes() == (ck / "vocab.txt").read_bytes(), d
+    assert main(["quickstart", "--no-demo", "--out", str(out), "--from-checkpoint", "none"]) == 2
+    assert "holds a finished electra pretraining continued from" in capsys.readouterr().err
