@@ -153,6 +153,11 @@ def cmd_pretrain(args) -> int:
     f = s.get("final") or {}
     msg = (f"pretrain: {s['objective']}-{s['size']} {s['steps']} steps, {s['tokens']:,} tokens, "
            f"{s['flops']:.3g} FLOPs, {s['wall_s']:.0f}s; gen_acc {f.get('gen_acc', 0):.3f}")
+    sp = s.get("speed") or {}
+    if sp:
+        msg += (f"; {sp['tokens_per_s']:,.0f} tokens/s, {sp['flops_per_s']:.3g} FLOP/s"
+                + (f", MFU {sp['mfu']:.1%} of {sp['peak_source']}" if sp.get("mfu") is not None else "")
+                + f" ({s.get('precision', 'fp32')})")
     if f.get("disc_acc") is not None:
         msg += (f", replace_rate {f['replace_rate']:.3f}, disc acc {f['disc_acc']:.3f} "
                 f"P {f['disc_precision']:.3f} R {f['disc_recall']:.3f}")

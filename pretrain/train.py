@@ -43,6 +43,7 @@ from .flops import expected_masked, step_flops
 from .masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
 from .model import OBJECTIVES, RTD_OBJECTIVES, build_pretrainer
 from .runlog import bundle_metrics, last_diagnostics, read_metrics
+from .speed import device_peak, mfu
 
 #: `denki pretrain`'s objective when --objective is not given: ELECTRA at every size. Tiny, from evidence at one
 #: CPU-hour (2e14 FLOPs, three pretraining seeds each, today's recipe: experiments/anshead, seeds2e14): ELECTRA's
@@ -306,7 +307,8 @@ _SUM_KEYS = ("n_masked", "gen_correct", "n_nonpad", "n_judged", "n_replaced", "d
 _LOSS_KEYS = ("loss", "mlm_loss", "disc_loss", "disc_mlm_loss", "cls_loss")
 
 
-def _metrics_line(step, tokens, flops, acc: dict, n_steps: int, lr: float, tok_s: float, wall: float) -> dict:
+def _metrics_line(step, tokens, flops, acc: dict, n_steps: int, lr: float, tok_s: float, wall: float,
+                  flops_s: float = 0.0, peak: float | None = None) -> dict:
     def div(a, b):
         return float(a) / float(b) if b else 0.0
 
@@ -325,7 +327,7 @@ def _metrics_line(step, tokens, flops, acc: dict, n_steps: int, lr: float, tok_s
                    disc_mlm_acc=div(acc["disc_mlm_correct"], acc["n_masked"]))
     if acc.get("cls_loss") is not None:  # --cls-contrast: the [CLS] InfoNCE and how often it finds the pair
         row.update(cls_loss=div(acc["cls_loss"], n_steps), cls_acc=div(acc["cls_correct"], acc["n_seqs"]))
-    row.update(lr=lr, tokens_per_s=tok_s, wall_s=wall)
+    row.update(lr=lr, tokens_per_s=tok_s, flops_per_s=flops_s, mfu=mfu(flops_s, peak), wall_s=wall)
     return row
 
 
@@ -592,7 +594,13 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     def new_acc():
         return {"loss": 0.0, "mlm_loss": 0.0, "disc_loss": 0.0, **{k: 0 for k in _SUM_KEYS}}
 
-    acc, acc_steps, acc_tokens, t_interval = new_acc(), 0, 0, time.perf_counter()
+    # the device's peak at this precision, for MFU (pretrain/speed.py: a data-sheet table for GPUs, a measured
+    # matmul on CPUs), taken before the clock starts
+    peak, peak_source = device_peak(device, precision)
+    flops_at_start, tokens_at_start = flops, tokens
+    if main and peak is None:
+        print(f"pretrain: no peak FLOP/s for MFU ({peak_source})", file=sys.stderr)
+    acc, acc_steps, acc_tokens, t_interval, flops_interval = new_acc(), 0, 0, time.perf_counter(), flops
     t_start = time.perf_counter()
     last_row = None
     budget = f"/{cfg.max_flops:.3g}" if cfg.max_flops else ""
@@ -651,18 +659,20 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         if step % cfg.log_every == 0 or finished() or diag is not None:
             now = time.perf_counter()
             tok_s = acc_tokens / max(1e-9, now - t_interval)
+            flops_s = (flops - flops_interval) / max(1e-9, now - t_interval)
             if "disc_loss" not in res:
                 acc.pop("disc_loss", None)
                 acc["n_replaced"] = None
             last_row = _metrics_line(step, tokens, flops, acc, acc_steps, scheduler.get_last_lr()[0], tok_s,
-                                     wall_before + now - t_start)
+                                     wall_before + now - t_start, flops_s, peak)
             if diag is not None:
                 last_row.update(diag)
             if main:
                 with open(metrics_path, "a", encoding="utf-8") as f:
                     f.write(json.dumps(last_row) + "\n")
-            bar.set_postfix_str(f"loss {last_row['loss']:.3f} {tok_s:,.0f} tok/s FLOPs {flops:.3g}{budget}")
-            acc, acc_steps, acc_tokens, t_interval = new_acc(), 0, 0, time.perf_counter()
+            speed = f"{tok_s:,.0f} tok/s {flops_s:.3g} FLOP/s" + (f" MFU {last_row['mfu']:.1%}" if peak else "")
+            bar.set_postfix_str(f"loss {last_row['loss']:.3f} {speed} FLOPs {flops:.3g}{budget}")
+            acc, acc_steps, acc_tokens, t_interval, flops_interval = new_acc(), 0, 0, time.perf_counter(), flops
         if main and (step % cfg.save_every == 0 or finished()):
             save(step)
             if not cfg.progress and last_row is not None:
@@ -670,8 +680,9 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
                 d = f", disc AUC {diag['disc_auc']:.3f}" if diag and diag.get("disc_auc") is not None else ""
                 d += f" R {diag['probe_recall']:.3f}" if d and diag.get("probe_recall") is not None else ""
                 print(f"pretrain: step {step}/{total_steps}, FLOPs {flops:.3g}{budget}, loss {last_row['loss']:.3f}, "
-                      f"gen_acc {last_row.get('gen_acc') or 0:.3f}{d}, "
-                      f"{wall_before + time.perf_counter() - t_start:.0f} s", flush=True)
+                      f"gen_acc {last_row.get('gen_acc') or 0:.3f}{d}, {last_row['tokens_per_s']:,.0f} tok/s"
+                      + (f" (MFU {last_row['mfu']:.1%})" if last_row.get("mfu") is not None else "")
+                      + f", {wall_before + time.perf_counter() - t_start:.0f} s", flush=True)
         if stop_after is not None and step >= stop_after and not finished():
             bar.close()
             _barrier(world)
@@ -683,7 +694,11 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     init_flops = init_rec.get("flops") if init_rec else None
     summary = {"finished": True, "objective": cfg.objective, "size": "init" if init_rec else cfg.size,
                "steps": step, "tokens": tokens, "flops": flops, "max_flops": cfg.max_flops, "wall_s": wall,
-               "world_size": world, "precision": precision, "init_from": init_rec, "init_flops": init_flops,
+               "world_size": world, "precision": precision,
+               # this session's speed (a resumed run: since the resume), against the device's peak
+               "speed": _speed(flops - flops_at_start, tokens - tokens_at_start, time.perf_counter() - t_start,
+                               peak, peak_source),
+               "init_from": init_rec, "init_flops": init_flops,
                # pretraining FLOPs in the model, the checkpoint's included (unknown for an imported checkpoint)
                "total_flops": (flops + init_flops) if init_flops is not None else (None if init_rec else flops),
                "device": str(device), "final": rows[-1] if rows else last_row,
@@ -704,6 +719,12 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         atomic_write_json(summary_path, summary)
     _barrier(world)
     return summary
+
+
+def _speed(flops: float, tokens: int, seconds: float, peak: float | None, peak_source: str) -> dict:
+    fs = flops / max(seconds, 1e-9)
+    return {"tokens_per_s": tokens / max(seconds, 1e-9), "flops_per_s": fs, "peak_flops": peak,
+            "peak_source": peak_source, "mfu": mfu(fs, peak), "seconds": seconds}
 
 
 class _null:

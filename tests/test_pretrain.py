@@ -895,3 +895,19 @@ def test_pretrain_export_generator_lets_a_continued_run_use_it(tiny_tokenizer_di
     run_pretrain(replace(_cfg(tiny_tokenizer_dir, cont, cache_dir, objective="electra", steps=2,
                               init_from=str(tmp_path / "gen")), tokenizer=None))
     assert json.loads((cont / "run.json").read_text())["identity"]["gen_init"] == "bundle"
+
+
+def test_speed_is_reported_as_flop_rate_and_mfu_against_the_devices_peak(tiny_tokenizer_dir, cache_dir, tmp_path):
+    from pretrain.speed import gpu_peak, measured_matmul_peak, mfu
+
+    assert gpu_peak("NVIDIA H100 80GB HBM3", "bf16") == 989e12 and gpu_peak("NVIDIA H200", "fp32") == 67e12
+    assert gpu_peak("Some Future GPU", "bf16") is None and mfu(1e12, None) is None
+    assert measured_matmul_peak("fp32", n=128, reps=2) > 0
+    out = tmp_path / "speed"
+    s = run_pretrain(_cfg(tiny_tokenizer_dir, out, cache_dir, objective="electra", steps=4))
+    rows = read_metrics(out)
+    assert all(r["flops_per_s"] > 0 and 0 < r["mfu"] for r in rows)
+    sp = s["speed"]
+    assert sp["flops_per_s"] == pytest.approx(s["flops"] / sp["seconds"]) and 0 < sp["mfu"] == pytest.approx(
+        sp["flops_per_s"] / sp["peak_flops"]) and "matmul" in sp["peak_source"]
+    assert json.loads((out / "summary.json").read_text())["speed"]["tokens_per_s"] > 0
