@@ -172,3 +172,28 @@ def test_answerable_head_default_follows_the_pretraining_objective(qa_bundle, tm
         settings = json.loads((out / "report.json").read_text(encoding="utf-8"))["settings"]
         assert settings["answerable_head"] is head and settings["answerable_head_by"] == by
         assert ("training the answerable head (the default" in capsys.readouterr().err) is (head and by == "default")
+
+
+def test_a_qa_bundle_fine_tunes_further_and_keeps_its_head(qa_bundle, tmp_path, capsys):
+    """A QA model (such as the shipped QA checkpoint) is a starting point too: `finetune qa --model QA_BUNDLE` starts
+    from its weights, span head included, and keeps its answerable head (or its absence) unless told otherwise."""
+    from safetensors.torch import load_file
+
+    from models.training.defaults import default_answerable_head
+
+    root, plain = qa_bundle
+    assert default_answerable_head(read_manifest(plain / "bundle")) is False
+    args = ["--train", str(SAMPLE_QA_TRAIN), "--dev", str(SAMPLE_QA_DEV), "--max-length", "128", "--doc-stride",
+            "64", "--max-steps", "2", "--batch-size", "8", "--max-train-examples", "40", "--max-dev-examples", "20",
+            "--no-progress", "--threads", "1"]
+    head = tmp_path / "head"
+    assert main(["finetune", "qa", "--model", str(root / "pre"), "--out", str(head), "--answerable-head", *args]) == 0
+    assert default_answerable_head(read_manifest(head / "bundle")) is True
+    again = tmp_path / "again"
+    assert main(["finetune", "qa", "--model", str(head), "--out", str(again), "--lr", "1e-9", *args]) == 0
+    assert read_task(again / "bundle")["answerable_head"] is True
+    before, after = load_file(head / "bundle" / "model.safetensors"), load_file(again / "bundle" / "model.safetensors")
+    # lr 1e-9: two steps leave the weights where the QA model had them, the span head included (not a new head)
+    for k in ("qa_outputs.weight", "answerable.0.weight", "answerable.2.weight"):
+        key = next(n for n in before if n.endswith(k))
+        assert (before[key] - after[key]).abs().max() < 1e-6, key

@@ -141,7 +141,8 @@ def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int,
 
             model = qa_model_class(None, answerable_head)(electra_config(random_size, tokenizer.vocab_size))
         else:
-            model = load_model(bundle, qa_model_class(bundle, answerable_head), kinds=("pretrained",))
+            # a qa bundle too: a QA model (the shipped QA checkpoint) fine-tuned further on new question/passage pairs
+            model = load_model(bundle, qa_model_class(bundle, answerable_head), kinds=("pretrained", "qa"))
     finally:
         hf_logging.set_verbosity(verbosity)
     tiled = tile_positions(model, tile_from) if tile_from else 0
@@ -356,7 +357,7 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
     pretraining never trained (:mod:`models.training.positions`); "keep" leaves them. Returns the report dict."""
     import torch
 
-    from models.bundle.format import check_model_source, command_line, read_manifest
+    from models.bundle.format import check_model_source, command_line, read_manifest, resolve_bundle
     from models.training.pretrain_health import warn_if_unlearned
     from models.bundle.pytorch import save_bundle
     from models.text.tokenizer import JapaneseTokenizer
@@ -372,6 +373,7 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
         raise DenkiError(f"--position-init must be one of {', '.join(POSITION_INITS)}, not {position_init!r}")
     check_model_source(model, init_random, tokenizer_dir)
     if model is not None:
+        model = str(resolve_bundle(model))  # a bundle, or a run directory holding it (as the router's fine-tuning)
         src_manifest = read_manifest(model)  # also: a clear error for a non-bundle, early
         health_warning = warn_if_unlearned(src_manifest)
         tokenizer_dir = model

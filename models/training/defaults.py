@@ -36,6 +36,9 @@ def default_answerable_head(source_manifest: dict | None) -> bool:
     Measured on JaQuAD (docs/results.md, "The answerable head on the QA-fragile encoder" and "T = 2 and the answerable
     head as the defaults"): on tiny ELECTRA encoders at 2e14 FLOPs the head moved a QA-fragile encoder's median of 3
     QA seeds from 38.7 to 47.3 dev F1 and cost the default encoder nothing (48.0 → 49.3). Off where it is unmeasured
-    or did not help: MLM (one run, where the plain [CLS] rule won on dev), random init, imported checkpoints."""
+    or did not help: MLM (one run, where the plain [CLS] rule won on dev), random init, imported checkpoints. A ``qa``
+    bundle (a QA model fine-tuned further on new pairs) keeps what it was trained with."""
     m = source_manifest or {}
+    if m.get("kind") == "qa":  # fine-tuning a QA model further (e.g. the shipped QA checkpoint): keep its head or none
+        return bool(((m.get("source") or {}).get("settings") or {}).get("answerable_head"))
     return m.get("kind") == "pretrained" and (m.get("source") or {}).get("objective") == "electra"
