@@ -50,6 +50,15 @@ def resolve_start(value: str) -> dict | None:
     return card
 
 
+def qa_checkpoint_for(start: dict | None) -> dict | None:
+    """The shipped QA checkpoint fine-tuned from the checkpoint ``start`` (its card's ``parent``), or None."""
+    from models.bundle.checkpoints import list_checkpoints
+
+    if start is None:
+        return None
+    return next((c for c in list_checkpoints() if c["kind"] == "qa" and c.get("parent") == start["name"]), None)
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "quickstart", help="run the whole pipeline on the shipped sample data, then open the demo",
@@ -202,18 +211,24 @@ def cmd_quickstart(args) -> int:
     f1 = {d: json.loads((d / "report.json").read_text(encoding="utf-8"))["dev"]["macro_f1"] for d in (cls_dir, cls_ctrl)}
     deployed = max(f1, key=f1.get)
 
+    # QA starts from the QA checkpoint fine-tuned from the same general checkpoint, when one is shipped (a model that
+    # already answers, as one starts from a SQuAD model); else from the pretraining above
+    qa_start = qa_checkpoint_for(start)
+
     def finetune_qa():
         from models.qa.finetune import finetune_qa as run
 
-        run(model=str(pre_dir / "bundle"), train=str(QA[0]), dev=str(QA[1]), out=str(qa_dir), max_length=256,
-            doc_stride=64, epochs=3.0, seeds=1, seed=args.seed, batch_size=16, threads=args.threads,
-            # no answerable head, even from --objective electra: its evidence is tiny ELECTRA at 2e14 FLOPs on all
-            # of JaQuAD; at this budget QA stays at the always-「回答なし」 floor either way, and int8 exports of
-            # head models can fail the parity gate (one of the two measured did, docs/qa.md), which would leave
-            # the quickstart's int8 QA model out
-            answerable_head=False)
+        run(model=qa_start["path"] if qa_start else str(pre_dir / "bundle"), train=str(QA[0]), dev=str(QA[1]),
+            out=str(qa_dir), max_length=256, doc_stride=64, epochs=3.0, seeds=1, seed=args.seed, batch_size=16,
+            threads=args.threads,
+            # from the QA checkpoint: its own head (None keeps what it has). Otherwise no answerable head, even from
+            # ELECTRA: its evidence is tiny ELECTRA at 2e14 FLOPs on all of JaQuAD; at this budget QA stays at the
+            # always-「回答なし」 floor either way, and int8 exports of head models can fail the parity gate (one of
+            # the two measured did, docs/qa.md), which would leave the quickstart's int8 QA model out
+            answerable_head=None if qa_start else False)
 
-    st.run("fine-tune QA (samples/qa_*.jsonl)", (qa_dir / "bundle" / "manifest.json").is_file(), finetune_qa)
+    st.run("fine-tune QA (samples/qa_*.jsonl)" + (f" from {qa_start['name']}" if qa_start else ""),
+           (qa_dir / "bundle" / "manifest.json").is_file(), finetune_qa)
 
     def export():
         from models.export.onnx import export_bundle, format_parity
@@ -264,7 +279,7 @@ def cmd_quickstart(args) -> int:
                         "pytorch": _pick(cls_report.get("dev", {})),
                         "pytorch_random_init": _pick(ctrl_report.get("dev", {})),
                         "tfidf_baseline": _pick(cls_report.get("baseline", {}) or {})},
-            "qa": {"onnx_backend": qa_onnx_metrics.get("backend"),
+            "qa": {"onnx_backend": qa_onnx_metrics.get("backend"), "from": (qa_start or {}).get("name"),
                    "onnx": {k: qa_onnx_metrics.get(k) for k in ("exact", "f1", "HasAns_f1", "NoAns_exact",
                                                                 "null_threshold", "total")},
                    "pytorch": {k: (qa_report.get("dev_metrics") or {}).get(k)
@@ -351,7 +366,8 @@ def format_summary(s: dict, out: Path, seconds: float) -> str:
         f"{f(r['onnx'].get('accuracy'), True)} / {f(r['onnx'].get('macro_f1'), True)} |",
         f"| routing, abstain to 担当者 | {f(r['onnx'].get('abstain_rate'), True)}% of dev; accuracy on the rest "
         f"{f(r['onnx'].get('accuracy_non_abstained'), True)}% |",
-        f"| QA, dev EM / F1 (HasAns F1, NoAns acc) | ONNX {q['onnx_backend']}: {f(q['onnx'].get('exact'))} / "
+        f"| QA{' from ' + q['from'] if q.get('from') else ''}, dev EM / F1 (HasAns F1, NoAns acc) | "
+        f"ONNX {q['onnx_backend']}: {f(q['onnx'].get('exact'))} / "
         f"{f(q['onnx'].get('f1'))} ({f(q['onnx'].get('HasAns_f1'))}, {f(q['onnx'].get('NoAns_exact'))}) · PyTorch: "
         f"{f(q['pytorch'].get('exact'))} / {f(q['pytorch'].get('f1'))} |",
         "| routing latency p50, batch 1 (ms) | " +

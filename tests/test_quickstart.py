@@ -66,9 +66,12 @@ def test_quickstart_refuses_to_reuse_a_pretraining_of_the_other_objective(tmp_pa
     assert "holds a finished electra pretraining" in err and "--objective electra" in err
 
 
-def test_quickstart_continues_a_shipped_checkpoint(tmp_path, capsys, monkeypatch, tiny_tokenizer_dir):
+def test_quickstart_continues_a_shipped_checkpoint(tmp_path, capsys, monkeypatch, tiny_tokenizer_dir, qa_bundle):
     """--from-checkpoint NAME: the checkpoint's tokenizer, RTD continued on the sample (domain-adaptive), the routers
-    from it and from random init on its vocabulary; a pretraining from scratch under --out is not reused for it."""
+    from it and from random init on its vocabulary, QA from the QA checkpoint whose parent it is; a pretraining from
+    scratch under --out is not reused for it."""
+    import shutil
+
     from app.cli import main
     from models.bundle.checkpoints import write_sums
 
@@ -82,6 +85,11 @@ def test_quickstart_continues_a_shipped_checkpoint(tmp_path, capsys, monkeypatch
     assert main(["pretrain", "export", "--checkpoint", str(run), "--out", str(ck), "--generator"]) == 0
     (ck / "card.json").write_text(json.dumps({"name": "stand-in", "kind": "pretrained"}), encoding="utf-8")
     write_sums(ck)
+    qa_ck = shelf / "stand-in-qa"  # conftest's tiny QA bundle (same vocabulary), as the QA checkpoint of stand-in
+    shutil.copytree(qa_bundle, qa_ck)
+    (qa_ck / "card.json").write_text(json.dumps({"name": "stand-in-qa", "kind": "qa", "parent": "stand-in"}),
+                                     encoding="utf-8")
+    write_sums(qa_ck)
     monkeypatch.setenv("DENKI_CHECKPOINTS", str(shelf))
     capsys.readouterr()
     out = tmp_path / "qs"
@@ -93,6 +101,8 @@ def test_quickstart_continues_a_shipped_checkpoint(tmp_path, capsys, monkeypatch
     assert s["pretrain"]["init_from"] == "stand-in" and s["pretrain"]["objective"] == "electra"
     assert "| pretraining (stand-in continued on the sample (ELECTRA" in printed and "from stand-in + the sample" in printed
     assert json.loads((out / "pretrain" / "run.json").read_text())["init_from"]["path"] == str(ck)
+    assert s["qa"]["from"] == "stand-in-qa" and "| QA from stand-in-qa, dev EM / F1" in printed
+    assert json.loads((out / "qa" / "bundle" / "manifest.json").read_text())["source"]["pretrained"] == str(qa_ck)
     assert verify_bundle(out / "classifier-onnx")["kind"] == "onnx-classifier"
     # the vocabulary of every model is the checkpoint's
     for d in ("classifier/bundle", "classifier-random-init/bundle", "qa/bundle"):

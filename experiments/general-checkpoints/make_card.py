@@ -230,6 +230,7 @@ def main() -> int:
             "parameters": n_params(tmp / "model.safetensors"), "generator_parameters": gen_params, **stats,
             "cpu": cpu_flags() if args.kind == "pretrained" else parent.get("cpu", ""),
             "corpus": corpus, "licence": LICENCE, "licence_files": licence_files,
+            "parent": parent.get("name") if args.kind == "qa" else None,
             "dev_scores": scores, "scores_note": args.scores_note, "usage": usage,
             "command": args.command or default_cmd, "rebuild": args.rebuild or "not recorded"}
     (tmp / "card.json").write_text(json.dumps(card, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
