@@ -141,8 +141,8 @@ def cpu_bf16_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
 
 
 def resolve_precision(precision: str, device_type: str) -> str:
-    """``auto`` → bf16 on CUDA; fp32 on CPUs until bf16 pretraining is measured downstream there (a tiny RTD step on
-    an avx512_bf16 core is 1.7× faster in bf16: docs/pretrain.md). ``bf16`` on a CPU without native bf16 runs,
+    """``auto`` → bf16 on CUDA; fp32 on CPUs until bf16 pretraining is measured downstream there (tiny RTD on an
+    avx512_bf16 core: 1.84× the tokens/s, the same loss curve: experiments/bf16-pretraining). ``bf16`` on a CPU without native bf16 runs,
     emulated and slower, with a warning."""
     if precision not in PRECISIONS:
         raise DenkiError(f"--precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
@@ -597,6 +597,8 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     # the device's peak at this precision, for MFU (pretrain/speed.py: a data-sheet table for GPUs, a measured
     # matmul on CPUs), taken before the clock starts
     peak, peak_source = device_peak(device, precision)
+    if peak is not None and world > 1:  # the FLOPs counted are every rank's: so is the peak
+        peak, peak_source = peak * world, f"{world} × {peak_source}"
     flops_at_start, tokens_at_start = flops, tokens
     if main and peak is None:
         print(f"pretrain: no peak FLOP/s for MFU ({peak_source})", file=sys.stderr)
