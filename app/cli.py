@@ -33,7 +33,7 @@ COMMAND_MODULES = [
 
 
 def _quiet_offline_env() -> None:
-    # No network at run time, no telemetry (README "Offline").
+    # No network at run time, no telemetry (README "Offline and quiet").
     for k, v in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("GRADIO_ANALYTICS_ENABLED", "False"),
                  ("ORT_DISABLE_TELEMETRY", "1"), ("TOKENIZERS_PARALLELISM", "false")):
         os.environ.setdefault(k, v)

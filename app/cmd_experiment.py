@@ -45,7 +45,7 @@ def register(sub) -> None:
     e.add_argument("--max-length", type=int, default=128, help="classification max tokens")
     e.add_argument("--class-weights", choices=("none", "balanced", "auto"), default="none",
                    help="classification loss weights, as `denki finetune classify --class-weights`; none (the "
-                        "loss of every experiment table in docs/results.md) keeps the encoders' comparisons "
+                        "loss of every experiment table in experiments/) keeps the encoders' comparisons "
                         "with those tables")
     e.add_argument("--qa-max-length", type=int, default=256, help="QA window length")
     e.add_argument("--qa-doc-stride", type=int, default=None, help="QA window stride (default: half the window)")

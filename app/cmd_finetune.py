@@ -63,13 +63,13 @@ def _register_classify(sub) -> None:
     p.add_argument("--epochs", type=int, default=None,
                    help="max epochs (early stopping on dev macro-F1); default 10 from about 2,000 training examples up, "
                         "more for smaller sets so that a run makes ≥ 630 updates (at most 40 epochs; measured in "
-                        "docs/results.md); 0 = no training, only re-fit the routing rule (temperature, offsets, "
+                        "experiments/labels); 0 = no training, only re-fit the routing rule (temperature, offsets, "
                         "threshold) of a classifier bundle given as --model")
     p.add_argument("--patience", type=int, default=None,
                    help="epochs without dev macro-F1 gain before stopping (default: 30 %% of the epochs, ≥ 3)")
     p.add_argument("--lr", type=float, default=None,
                    help="peak learning rate (default: 1e-3 for tiny (hidden ≤128), 3e-4 for small (≤256), 1e-4 for "
-                        "larger; measured in docs/results.md; choose on dev)")
+                        "larger; measured in experiments/finetune-recipe; choose on dev)")
     p.add_argument("--layer-decay", type=float, default=None,
                    help="layer-wise LR decay (default: 1.0 for tiny, 0.8 = official ELECTRA for larger)")
     p.add_argument("--weight-decay", type=float, default=0.01)
@@ -78,7 +78,7 @@ def _register_classify(sub) -> None:
     p.add_argument("--max-length", type=int, default=128, help="tokens per text, [CLS]/[SEP] included")
     p.add_argument("--class-weights", choices=("none", "balanced", "auto"), default="auto",
                    help="balanced: loss weights n/(K·n_k); auto: balanced when the most frequent label has ≥ 10× "
-                        "the rarest's training examples, else none (measured in docs/results.md)")
+                        "the rarest's training examples, else none (measured in experiments/cw)")
     grp = p.add_mutually_exclusive_group()
     grp.add_argument("--target-precision", type=float, default=None,
                      help="abstain below the confidence that gives this accuracy on the routed part of dev")
@@ -156,7 +156,7 @@ def _register_qa(sub) -> None:
     p.add_argument("--epochs", type=float, default=2.0, help="epochs (default 2)")
     p.add_argument("--lr", type=float, default=None,
                    help="peak learning rate (default by encoder width: 1e-3 tiny (hidden ≤128; it beat 3e-4 on "
-                        "JaQuAD, docs/results.md), 3e-4 small (≤256), 1e-4 base)")
+                        "JaQuAD, experiments/qa-lr), 3e-4 small (≤256), 1e-4 base)")
     p.add_argument("--batch-size", type=int, default=32, help="windows per step (default 32)")
     p.add_argument("--warmup-ratio", type=float, default=0.1)
     p.add_argument("--weight-decay", type=float, default=0.01)
@@ -173,12 +173,12 @@ def _register_qa(sub) -> None:
                         "pretrained with ELECTRA, off otherwise (MLM, random init, imports: unmeasured or no gain). "
                         "Measured on JaQuAD: a QA-fragile encoder's median of 3 seeds 38.7 → 47.3 F1, the T = 1 "
                         "encoder 48.0 → 49.3. Its int8 exports agreed on 91 %% (one model, refused by the parity gate) and "
-                        "99 %% (another) of the parity answers; fp32 / O2 match (docs/results.md)")
+                        "99 %% (another) of the parity answers; fp32 / O2 match (experiments/anshead)")
     p.add_argument("--position-init", choices=POSITION_INITS, default="keep",
                    help="the position embeddings pretraining never trained (rows from its --seq-len, 128 by "
                         "default, on; a 384-token window uses them): keep their random init (default), or tile "
                         "the trained rows over them, as Longformer did (measured: +1.6 and +0.4 F1 on JaQuAD at "
-                        "one QA seed, within seed noise; docs/results.md)")
+                        "one QA seed, within seed noise; experiments/posinit)")
     add_qa_run_options(p)
     p.set_defaults(func=cmd_finetune_qa)
 

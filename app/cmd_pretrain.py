@@ -57,7 +57,7 @@ def register(sub) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--mask-prob", type=float, default=None,
                    help="fraction of tokens masked. Default: 0.4 for MLM from scratch at --size tiny (it fine-tuned "
-                        "better than 15%% at 6e12 and 1e14 FLOPs: docs/results.md), else 0.15 (the paper's; "
+                        "better than 15%% at 6e12 and 1e14 FLOPs: experiments/qsm40), else 0.15 (the paper's; "
                         "0.25 for ELECTRA-Large)")
     p.add_argument("--gen-size", type=float, default=0.25, help="generator width as a fraction of the "
                                                                 "discriminator's")
@@ -68,15 +68,16 @@ def register(sub) -> None:
     p.add_argument("--disc-skip-special", action="store_true",
                    help="electra*: leave [CLS] and [SEP] out of the discriminator loss (their label is always "
                         "'original', a target that collapses the [CLS] state the router reads; the paper scores "
-                        "them). Off by default: +4.4 / +8.6 points on livedoor titles at 1e14 FLOPs (two pretraining seeds), "
-                        "still below random init, and it stalled RTD once on a synthetic corpus (docs/results.md)")
+                        "them). Off by default: +4.4 / +8.6 points on livedoor titles at 1e14 FLOPs (two pretraining "
+                        "seeds), still below random init, and it stalled RTD once on a synthetic corpus "
+                        "(experiments/skipspecial1e14)")
     p.add_argument("--cls-contrast", type=float, default=None, metavar="W",
                    help="electra*: add W × a contrastive loss at [CLS] between the discriminator's view (corrupted "
                         "text) and the generator's (masked text) of each sequence in the batch, so that [CLS] gets "
                         "a target that depends on the whole sequence (RTD gives it none). Default: 1 for a tiny electra "
                         "run of ≥ 1,000 steps (with lr 1e-3 it fine-tuned +8.7 points over the paper's loss on "
-                        "livedoor titles at 1e14 FLOPs, 3 pretraining seeds: docs/results.md), else 0 (off; ELECTRA-Small "
-                        "with it scored 1.6 points lower on livedoor titles at 7.5e14 FLOPs on an H200)")
+                        "livedoor titles at 1e14 FLOPs, 3 pretraining seeds: experiments/cc1e14), else 0 (off; "
+                        "ELECTRA-Small with it scored 1.6 points lower on livedoor titles at 7.5e14 FLOPs on an H200)")
     p.add_argument("--gen-temperature", type=float, default=None, metavar="T",
                    help="electra*: sample the generator's replacements at temperature T (logits / T). T > 1 makes "
                         "them less plausible, so easier to detect. Default 2 for a tiny ELECTRA from scratch that "
@@ -84,7 +85,7 @@ def register(sub) -> None:
                         "0.34–0.35 vs 0.06–0.07 at T = 1, livedoor-title routers 0.715 vs 0.699; QA from it needs "
                         "`denki finetune qa`'s answerable head, its default for ELECTRA bundles: one seed's QA "
                         "median 38.7 F1 without, 47.3 with), else 1, the paper's. T = 3: recall 0.46–0.48 but QA "
-                        "38.87 / 47.01 / 43.58 F1 without the head (docs/results.md). "
+                        "38.87 / 47.01 / 43.58 F1 without the head (experiments/t3more). "
                         "The probe's AUC and recall sample at T = 1, so runs compare; disc_auc_own_t is the AUC at T")
     p.add_argument("--adam-eps", type=float, default=None, metavar="EPS",
                    help="AdamW's epsilon (default torch's 1e-8; the official ELECTRA code uses 1e-6)")

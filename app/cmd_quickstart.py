@@ -23,11 +23,11 @@ SAMPLES = REPO / "samples"
 CORPUS = SAMPLES / "corpus_ja.txt"
 ROUTING = (SAMPLES / "routing_train.jsonl", SAMPLES / "routing_dev.jsonl")
 QA = (SAMPLES / "qa_train.jsonl", SAMPLES / "qa_dev.jsonl")
-#: the quickstart's pretraining objective, from evidence (docs/results.md, "The quickstart's objective"): on this
+#: the quickstart's pretraining objective, from evidence (experiments/qsobj): on this
 #: sample at 6e12 FLOPs MLM and ELECTRA routers tie (median of 3 fine-tuning seeds; MLM's seed SD 0.001 vs 0.021),
 #: both below the random-init control, which the quickstart then deploys. MLM matches `denki pretrain --size tiny`,
 #: and like it masks 40 % of the tokens (pretrain.train.MLM_TINY_MASK_PROB): on this sample at 6e12 FLOPs that router
-#: scored 0.750 vs 0.715 at 15 % (median of 3 seeds; random init 0.740; docs/results.md).
+#: scored 0.750 vs 0.715 at 15 % (median of 3 seeds; random init 0.740; experiments/qsm40).
 QUICKSTART_OBJECTIVE = "mlm"
 OBJECTIVE_NAMES = {"mlm": "MLM", "electra": "ELECTRA"}
 #: the general checkpoint the quickstart continues from when it is shipped (--from-checkpoint auto)
@@ -77,8 +77,8 @@ def register(sub) -> None:
                    help="pretraining budget in FLOPs (generator included); ~2–3 min on 2 CPU cores")
     p.add_argument("--objective", choices=("mlm", "electra"), default=QUICKSTART_OBJECTIVE,
                    help="pretraining objective. MLM by default: at this budget it fine-tuned into a router as good as "
-                        "ELECTRA's with a twentieth of the seed spread and into a QA model no worse (docs/results.md, "
-                        "'The quickstart's objective'), and it is `denki pretrain --size tiny`'s default")
+                        "ELECTRA's with a twentieth of the seed spread and into a QA model no worse "
+                        "(experiments/qsobj), and it is `denki pretrain --size tiny`'s default")
     p.add_argument("--from-checkpoint", default="auto", metavar="NAME",
                    help="start from a shipped general checkpoint (`denki checkpoints`): its tokenizer, then continued "
                         "replaced-token detection on the sample corpus (domain-adaptive pretraining, --pretrain-flops) "

@@ -102,7 +102,7 @@ def cmd_serve(args) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.host not in LOOPBACK:
         print(f"denki serve: binding {args.host} — the API has no authentication; put it behind a firewall or a "
-              f"reverse proxy (README 'Serving in production')", file=sys.stderr)
+              f"reverse proxy (docs/serving.md)", file=sys.stderr)
     if args.ray:
         from serve.ray_serve import build_application, run_ray_serve
         from serve.ray_setup import import_ray

@@ -14,10 +14,10 @@ Steps (each a plain ``denki`` command, printed before it runs, so any step can b
    rows where onnxruntime-gpu is installed).
 
 Writes ``OUT/gpu_tier.json`` after every step (budget, FLOP/s, per-step wall times, the experiment's scores,
-latency) and ``OUT/gpu_tier.md``. Sized from the first H200 run (docs/results.md): calibration ~35 s, pretraining
-~``--pretrain-seconds`` (both at once), fine-tuning ~100–150 s (10,000 QA questions), latency and export ~80 s, so
-the defaults aim at ~7 minutes. ``--dry-run`` runs the same chain on CPU at tiny size with a 5-second budget and
-small task subsets, to check that it works before GPU time is spent::
+latency) and ``OUT/gpu_tier.md``. Sized from the first H200 run (experiments/gpu-tier-h200): calibration ~35 s,
+pretraining ~``--pretrain-seconds`` (both at once), fine-tuning ~100–150 s (10,000 QA questions), latency and
+export ~80 s, so the defaults aim at ~7 minutes. ``--dry-run`` runs the same chain on CPU at tiny size with a
+5-second budget and small task subsets, to check that it works before GPU time is spent::
 
     python bench/gpu_tier.py --out runs/gpu-tier                    # on the CUDA machine
     python bench/gpu_tier.py --dry-run --tokenizer runs/tok8k --out runs/gpu-tier-dry   # CPU check
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=6,
                    help="denki experiment --jobs: both pretraining runs side by side, then all fine-tuning runs "
                         "(3 encoders × 2 tasks) at once. On the H200 one small-model run used ~1 %% of the chip "
-                        "(docs/results.md), so they share it")
+                        "(experiments/gpu-tier-h200), so they share it")
     p.add_argument("--device", default="cuda")
     p.add_argument("--cache-dir", default=None, help="token cache (default OUT/cache)")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny size, tiny budget, small subsets")

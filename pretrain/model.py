@@ -25,7 +25,7 @@ loss is averaged over the masked positions only, so it learns from 15% of the to
 Objective ``electra-mlm`` (a hybrid, not in the paper): ELECTRA as above, plus a *corrective* MLM loss on the
 discriminator — at the masked positions it also predicts the original token from the corrupted input (a tied LM
 head on the discriminator's embeddings, ``disc_mlm_head``, dropped at export). Why: at CPU budgets (≤ 2e14 FLOPs)
-every pure-RTD recipe measured fine-tuned below random init while MLM paid off (docs/results.md), so the
+every pure-RTD recipe measured fine-tuned below random init while MLM paid off (experiments/hybrid1e14), so the
 discriminator gets MLM's per-token signal as well as RTD's on every token. Close in spirit to TEAMS (Shen et al.
 2021), whose discriminator also picks the original token at the masked positions (among a few candidates there;
 over the whole vocabulary here). total = gen_mlm + λ·disc + disc_mlm.
@@ -122,7 +122,7 @@ class RTDPretrainer(nn.Module):
         With the default zero bias every token starts at p(replaced) = 0.5 while ~14% are replaced, so the first
         updates are one large, input-independent push towards "original" through every layer (×λ = 50). At
         CPU budgets that push wins: the tiny discriminator's outputs collapse to one vector for every input and it
-        never learns (measured: docs/results.md, "Pretraining that pays off"). Starting at the prior removes the
+        never learns (measured: experiments/collapse-prior-bias). Starting at the prior removes the
         push — the standard bias initialisation for a rare positive class (Lin et al. 2017, focal loss).
         """
         import math
@@ -136,7 +136,7 @@ class RTDPretrainer(nn.Module):
         of the discriminator loss. Why: their label is always "original", a trivial target that the official code
         still scores; it pulls the top-layer [CLS] state to one input-independent point — the state the
         classification head reads. Measured at 1e14 FLOPs: [CLS] spread 0.13 (ELECTRA) / 0.18 (electra-mlm) vs
-        0.68 for MLM, which never scores [CLS] (docs/results.md)."""
+        0.68 for MLM, which never scores [CLS] (experiments/hybrid1e14)."""
         self.unscored_ids = tuple(int(i) for i in ids)
 
     def enable_cls_contrast(self, weight: float, dim: int = 128, temperature: float = 0.1) -> None:

@@ -63,7 +63,7 @@ def default_objective(size: str, init_from=None) -> str:
 
 DEFAULT_LR = {"tiny": 1e-3, "small": 5e-4, "base": 2e-4}
 #: replaced-token detection at size tiny: 1e-3 collapses the discriminator at CPU budgets, 3e-4 (with the prior
-#: bias init of model.RTDPretrainer) learns (docs/results.md, "Pretraining that pays off"); MLM keeps 1e-3
+#: bias init of model.RTDPretrainer) learns (experiments/collapse-prior-bias); MLM keeps 1e-3
 DEFAULT_LR_RTD = {"tiny": 3e-4}
 
 
@@ -77,20 +77,19 @@ def default_lr(size: str, objective: str, planned_steps: int | None = None) -> f
     return DEFAULT_LR[size]
 
 
-#: A tiny ELECTRA from scratch that plans at least this many steps gets :data:`TINY_RTD_LONG` for whatever of --lr /
-#: --cls-contrast / --gen-temperature is not given. Evidence (docs/results.md, "--cls-contrast without
-#: --disc-skip-special"; dev macro-F1 livedoor-title / jaquad-qtype): at 1e14 FLOPs (3,470 steps) lr 1e-3 + cls-contrast
-#: 1 fine-tunes 0.695 / 0.569 (3 pretraining seeds; random init 0.687 / 0.564) vs 0.634 / 0.549 at lr 3e-4 and 0.609 /
-#: 0.560 for the paper's loss at lr 1e-3; at 3e13 (1,040 steps) lr 1e-3 beats 3e-4 (0.607 vs 0.452); at the quickstart's
-#: 6e12 (209 steps) lr 1e-3 collapses (0.270) and 5e-4 nearly (AUC 0.57), so short runs keep lr 3e-4 and the paper's
-#: loss (with cls-contrast: 0.722 vs 0.724, a tie). The switch sits at the shortest long run measured. --gen-temperature
-#: 2 (docs/results.md, "T = 2 and the answerable head as the defaults"): over three pretraining seeds at 2e14 FLOPs the
-#: discriminator finds 0.339–0.347 of its replacements (T = 1: 0.06–0.07; the issue's goal 0.3), livedoor-title routers
-#: score 0.715 ± 0.007 (T = 1 0.699 ± 0.010, random init 0.682) and full-dev question types 0.633 ± 0.042 (T = 1 0.607).
-#: Its QA risk (one of three pretraining seeds scored 38.74 / 37.64 / 48.71 on three QA seeds) is what `denki finetune
-#: qa`'s answerable head, on by default for ELECTRA bundles, addresses (median 47.31 with it). T = 3 was the default for
-#: one release and left it when QA measured it (38.87 / 47.01 / 43.58 from one pretraining seed), before the head was
-#: QA's default.
+#: A tiny ELECTRA from scratch that plans at least this many steps gets :data:`TINY_RTD_LONG` for whatever of
+#: --lr / --cls-contrast / --gen-temperature is not given. Evidence (experiments/cc1e14; dev macro-F1
+#: livedoor-title / jaquad-qtype): at 1e14 FLOPs (3,470 steps) lr 1e-3 + cls-contrast 1 fine-tunes 0.695 / 0.569 (3
+#: pretraining seeds; random init 0.687 / 0.564) vs 0.634 / 0.549 at lr 3e-4 and 0.609 / 0.560 for the paper's loss at
+#: lr 1e-3; at 3e13 (1,040 steps) lr 1e-3 beats 3e-4 (0.607 vs 0.452); at the quickstart's 6e12 (209 steps) lr 1e-3
+#: collapses (0.270) and 5e-4 nearly (AUC 0.57), so short runs keep lr 3e-4 and the paper's loss (with cls-contrast:
+#: 0.722 vs 0.724, a tie). The switch sits at the shortest long run measured. --gen-temperature 2 (experiments/anshead):
+#: over three pretraining seeds at 2e14 FLOPs the discriminator finds 0.339–0.347 of its replacements (T = 1: 0.06–0.07;
+#: the issue's goal 0.3), livedoor-title routers score 0.715 ± 0.007 (T = 1 0.699 ± 0.010, random init 0.682) and
+#: full-dev question types 0.633 ± 0.042 (T = 1 0.607). Its QA risk (one of three pretraining seeds scored
+#: 38.74 / 37.64 / 48.71 on three QA seeds) is what `denki finetune qa`'s answerable head, on by default for ELECTRA
+#: bundles, addresses (median 47.31 with it). T = 3 was the default for one release and left it when QA measured it
+#: (38.87 / 47.01 / 43.58 from one pretraining seed), before the head was QA's default.
 TINY_RTD_LONG_STEPS = 1000
 TINY_RTD_LONG = {"lr": 1e-3, "cls_contrast": 1.0, "gen_temperature": 2.0}
 
@@ -113,10 +112,10 @@ def default_gen_temperature(size: str, objective: str, planned_steps: int | None
     return TINY_RTD_LONG["gen_temperature"] if long_tiny_rtd(size, objective, planned_steps) else 1.0
 
 
-#: MLM's mask rate from scratch at size tiny: 40 %, from evidence (docs/results.md, "MLM with a 40 % mask rate"):
-#: at 1e14 FLOPs two pretraining seeds fine-tuned into livedoor-title routers above random init + 3 (15 %: +2.6),
-#: and at the quickstart's 6e12 the router beat the 15 % one by 3.5 points. Everything else keeps the paper's 15 %
-#: (ELECTRA at 25 % learnt no better, docs/results.md; a checkpoint continued with --init-from was pretrained at 15 %).
+#: MLM's mask rate from scratch at size tiny: 40 %, from evidence (experiments/qsm40): at 1e14 FLOPs two
+#: pretraining seeds fine-tuned into livedoor-title routers above random init + 3 (15 %: +2.6), and at the
+#: quickstart's 6e12 the router beat the 15 % one by 3.5 points. Everything else keeps the paper's 15 % (ELECTRA at
+#: 25 % learnt no better, experiments/levers1e14; a checkpoint continued with --init-from was pretrained at 15 %).
 MLM_TINY_MASK_PROB = 0.4
 DEFAULT_MASK_PROB = 0.15
 
@@ -182,7 +181,7 @@ class PretrainConfig:
     share_embeddings: bool = True
     #: RTD: the discriminator loss skips [CLS] and [SEP] (always "original"); False = the paper's (scores them).
     #: Opt-in: livedoor-title +4.4 / +8.6 points at 1e14 (two pretraining seeds), but it stalled RTD at one seed of
-    #: tests/test_pretrain_learns' synthetic corpus (docs/results.md)
+    #: tests/test_pretrain_learns' synthetic corpus (experiments/skipspecial1e14)
     disc_skip_special: bool = False
     #: AdamW's ε; None = torch's 1e-8 (the official ELECTRA code uses 1e-6, which damps the updates of parameters
     #: whose gradients are tiny — rare tokens' embeddings)
@@ -463,7 +462,8 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
             # the options left unset, named as the CLI spells them (TINY_RTD_LONG's keys are PretrainConfig fields)
             chosen = [f"--{k.replace('_', '-')} {v:g}" for k, v in TINY_RTD_LONG.items() if getattr(cfg, k) is None]
             print(f"pretrain: a tiny ELECTRA run of {planned:,} steps (≥ {TINY_RTD_LONG_STEPS:,}) gets the long-run "
-                  f"defaults {' '.join(chosen)} (docs/results.md; give them to choose)", file=sys.stderr)
+                  f"defaults {' '.join(chosen)} (experiments/cc1e14, experiments/anshead; give them to choose)",
+                  file=sys.stderr)
     if cfg.cls_contrast is None:  # resolved once here: identity, model and bundle all see the value
         cfg = replace(cfg, cls_contrast=default_cls_contrast(cfg.size, cfg.objective, planned))
     if cfg.gen_temperature is None:

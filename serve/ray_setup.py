@@ -10,7 +10,7 @@
 * A local instance gets its own temp dir under ``/tmp`` (short: Ray's Unix socket paths must stay under 107
   bytes, which a deep ``pytest`` tmp path can exceed), no dashboard, and binds its node address to 127.0.0.1.
   Ray's internal services (GCS, raylets, object manager) still open several ports: on a cluster, firewall them
-  (README "Serving in production").
+  (docs/serving.md).
 * ``address="auto"`` (or ``ray://HOST:10001``) joins an existing cluster instead; denki must then be installed
   at the same path/version on every node, and bundle paths must be readable there.
 """

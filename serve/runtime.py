@@ -35,9 +35,9 @@ MAX_TEXT_CHARS = 20_000  # an inquiry; longer input is refused with a clear mess
 MAX_CONTEXT_CHARS = 100_000  # a QA passage (windows cover all of it)
 HUMAN = "human"
 #: the fixed cost of one model call, in padded-token equivalents, for :func:`length_groups`. Measured with
-#: bench/bucketing.py (tiny int8 router, 1 thread, routing_dev texts; docs/results.md): model time vs one padded
-#: batch 0.51× at 32 texts and 0.75× at 8 with cost 32; cost 8 was 4–7 % faster still (0.48× / 0.70×), cost 0 and
-#: 128 slower (0.55–0.56× / 0.86–0.91×). 32 rather than 8 because a call's fixed cost grows with threads.
+#: bench/bucketing.py (tiny int8 router, 1 thread, routing_dev texts; experiments/bench-bucketing): model time vs
+#: one padded batch 0.51× at 32 texts and 0.75× at 8 with cost 32; cost 8 was 4–7 % faster still (0.48× / 0.70×),
+#: cost 0 and 128 slower (0.55–0.56× / 0.86–0.91×). 32 rather than 8 because a call's fixed cost grows with threads.
 CALL_COST_TOKENS = 32
 
 

@@ -624,7 +624,7 @@ def test_default_objective_per_size():
 
 
 def test_default_mask_prob_per_objective():
-    """MLM from scratch at tiny masks 40 % (measured, docs/results.md); everything else the paper's 15 %."""
+    """MLM from scratch at tiny masks 40 % (measured, experiments/qsm40); everything else the paper's 15 %."""
     from pretrain.train import default_mask_prob
 
     assert default_mask_prob("tiny", "mlm") == 0.4
@@ -635,7 +635,8 @@ def test_default_mask_prob_per_objective():
 
 def test_tiny_electra_defaults_depend_on_the_planned_run_length():
     """lr 1e-3 + --cls-contrast 1 + --gen-temperature 2 for a long tiny ELECTRA, lr 3e-4, no contrast and T = 1 for
-    a short one (measured, docs/results.md); everything else keeps its per-size lr, no contrast and T = 1."""
+    a short one (measured, experiments/cc1e14, experiments/anshead); everything else keeps its per-size lr, no
+    contrast and T = 1."""
     from pretrain.train import TINY_RTD_LONG_STEPS, default_cls_contrast, default_gen_temperature, default_lr
 
     long, short = TINY_RTD_LONG_STEPS, TINY_RTD_LONG_STEPS - 1

@@ -75,7 +75,8 @@ def test_electra_mlm_generator_discriminator_and_corrective_mlm_learn(synthetic,
 
 def test_rtd_without_special_targets_learns_with_the_cls_contrastive_loss(synthetic, tmp_path):
     """--disc-skip-special alone stalls the discriminator at this seed (AUC 0.53, recall 0.09: the generator wins
-    first; docs/results.md); with --cls-contrast it learns (measured: AUC 0.92, recall 0.40, cls_acc 0.71)."""
+    first; experiments/skipspecial1e14); with --cls-contrast it learns (measured: AUC 0.92, recall 0.40, cls_acc
+    0.71)."""
     m = _pretrain(synthetic, tmp_path, "electra", disc_skip_special=True, cls_contrast=1.0)
     assert m["disc_recall"] > 0.25, f"discriminator recall on replaced tokens {m['disc_recall']:.3f} (trivial: 0)"
     assert m["disc_auc"] > 0.8, f"discriminator AUC on fresh replacements {m['disc_auc']:.3f} (chance: 0.5)"

@@ -1,4 +1,4 @@
-"""The one bundle format every stage reads and writes (see ../shared/DESIGN.md, README "Bundles").
+"""The one bundle format every stage reads and writes (see ../shared/DESIGN.md, README "Layout").
 
 A bundle is a directory: model files (``config.json`` + ``model.safetensors`` for PyTorch, ``model*.onnx`` for
 ONNX), the tokenizer files, an optional ``task.json`` (decision rule shared by PyTorch and ONNX paths) and

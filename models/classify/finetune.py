@@ -34,7 +34,7 @@ from models.training.pretrain_health import warn_if_unlearned
 
 
 #: ``--class-weights auto`` turns the balanced loss on when the most frequent training label has at least this many
-#: times the examples of the rarest. Measured (docs/results.md, "Class-balanced fine-tuning loss"): on jaquad-qtype
+#: times the examples of the rarest. Measured (experiments/cw): on jaquad-qtype
 #: (ratio 141) it lifted the tiny MLM 40 % encoder's dev macro-F1 by 8.6 points, left random init level and moved
 #: ELECTRA encoders within the noise (−2.8 to +3.0); on livedoor-title (ratio 2.1) it cost 0.4–1.4 points.
 #: The threshold between the two measured ratios is a choice, not a measurement.
@@ -43,7 +43,7 @@ AUTO_BALANCE_RATIO = 10.0
 
 #: A training set too small for 10 epochs to give the updates the defaults were measured with (10 epochs of the
 #: experiment's 2,000 examples at batch 32 = 630 updates) gets more epochs, up to :data:`AUTO_MAX_EPOCHS`, and a
-#: patience scaled with them. Measured (docs/results.md, "Fewer labels"): from random init on 250 livedoor titles,
+#: patience scaled with them. Measured (experiments/labels): from random init on 250 livedoor titles,
 #: 10 epochs (80 updates) scored dev macro-F1 0.152 and 40 epochs (patience 10) 0.431.
 AUTO_MIN_UPDATES = 630
 AUTO_MAX_EPOCHS = 40

@@ -1,6 +1,6 @@
 """Japanese tokenizer: NFKC → MeCab (fugashi + unidic-lite) words → WordPiece, with original-string offsets.
 
-Design (see README "Tokenizer"):
+Design (see docs/tokenizer.md):
 
 * **Parity.** Token ids are identical to ``transformers.BertJapaneseTokenizer`` (word_tokenizer_type="mecab",
   subword_tokenizer_type="wordpiece") loaded from the same directory. denki's own tokenizers use
