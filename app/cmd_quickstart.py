@@ -25,9 +25,10 @@ ROUTING = (SAMPLES / "routing_train.jsonl", SAMPLES / "routing_dev.jsonl")
 QA = (SAMPLES / "qa_train.jsonl", SAMPLES / "qa_dev.jsonl")
 #: the quickstart's pretraining objective, from evidence (experiments/qsobj): on this
 #: sample at 6e12 FLOPs MLM and ELECTRA routers tie (median of 3 fine-tuning seeds; MLM's seed SD 0.001 vs 0.021),
-#: both below the random-init control, which the quickstart then deploys. MLM matches `denki pretrain --size tiny`,
-#: and like it masks 40 % of the tokens (pretrain.train.MLM_TINY_MASK_PROB): on this sample at 6e12 FLOPs that router
-#: scored 0.750 vs 0.715 at 15 % (median of 3 seeds; random init 0.740; experiments/qsm40).
+#: both below the random-init control, which the quickstart then deploys (from scratch only: from a shipped checkpoint
+#: it continues ELECTRA). Like tiny MLM it masks 40 % of the tokens (pretrain.train.MLM_TINY_MASK_PROB): on this
+#: sample at 6e12 FLOPs that router scored 0.750 vs 0.715 at 15 % (median of 3 seeds; random init 0.740;
+#: experiments/qsm40).
 QUICKSTART_OBJECTIVE = "mlm"
 OBJECTIVE_NAMES = {"mlm": "MLM", "electra": "ELECTRA"}
 #: the general checkpoint the quickstart continues from when it is shipped (--from-checkpoint auto)
@@ -65,8 +66,9 @@ def register(sub) -> None:
         description="Run denki end to end on the sample data in samples/ (no ../shared needed): continue the shipped "
                     "general checkpoint on the sample corpus (domain-adaptive ELECTRA; --from-checkpoint none, or "
                     "no checkpoint shipped: train a tokenizer and pretrain a tiny encoder from scratch, MLM by "
-                    "default, --objective electra for ELECTRA), fine-tune the routing classifier (from the pretrained bundle and, as "
-                    "a control, from random init; the better on dev is deployed) and the QA model, export ONNX "
+                    "default, --objective electra for ELECTRA), fine-tune the routing classifier (from the "
+                    "pretrained bundle and, as a control, from random init; the better on dev is deployed) and the "
+                    "QA model (from the shipped QA checkpoint when there is one), export ONNX "
                     "(fp32 + O2 + int8) behind the parity gate, evaluate both, print a summary, and launch the demo "
                     "on 127.0.0.1. Each stage is skipped when its output already exists.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -78,7 +80,8 @@ def register(sub) -> None:
     p.add_argument("--objective", choices=("mlm", "electra"), default=QUICKSTART_OBJECTIVE,
                    help="pretraining objective. MLM by default: at this budget it fine-tuned into a router as good as "
                         "ELECTRA's with a twentieth of the seed spread and into a QA model no worse "
-                        "(experiments/qsobj), and it is `denki pretrain --size tiny`'s default")
+                        "(experiments/qsobj). From scratch only (--from-checkpoint none, or none shipped): a "
+                        "checkpoint is continued with its own objective, ELECTRA")
     p.add_argument("--from-checkpoint", default="auto", metavar="NAME",
                    help="start from a shipped general checkpoint (`denki checkpoints`): its tokenizer, then continued "
                         "replaced-token detection on the sample corpus (domain-adaptive pretraining, --pretrain-flops) "
