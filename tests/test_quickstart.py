@@ -99,7 +99,8 @@ def test_quickstart_continues_a_shipped_checkpoint(tmp_path, capsys, monkeypatch
     assert "tokenizer: the checkpoint's (stand-in): done already" in printed
     s = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert s["pretrain"]["init_from"] == "stand-in" and s["pretrain"]["objective"] == "electra"
-    assert "| pretraining (stand-in continued on the sample (ELECTRA" in printed and "from stand-in + the sample" in printed
+    assert "| pretraining (stand-in continued on the sample: ELECTRA" in printed
+    assert "from stand-in + the sample" in printed
     assert json.loads((out / "pretrain" / "run.json").read_text())["init_from"]["path"] == str(ck)
     assert s["qa"]["from"] == "stand-in-qa" and "| QA from stand-in-qa, dev EM / F1" in printed
     assert json.loads((out / "qa" / "bundle" / "manifest.json").read_text())["source"]["pretrained"] == str(qa_ck)

@@ -265,7 +265,8 @@ def test_quickstart_leaves_the_failing_variant_out_and_finishes(degenerate, reus
     made(out / "classifier-random-init", {"dev": {"accuracy": 0.2, "macro_f1": 0.1}})
     made(out / "qa", {"dev_metrics": {"exact": 33.3, "f1": 33.3, "total": 150}}, bundle=degenerate["inside"])
 
-    assert main(["quickstart", "--no-demo", "--out", str(out)]) == 0
+    # the stages made above are the from-scratch path's (its own tokenizer), not a shipped checkpoint's
+    assert main(["quickstart", "--no-demo", "--out", str(out), "--from-checkpoint", "none"]) == 0
     printed = capsys.readouterr().out
     assert printed.count("done already (skipped)") == 5
     assert "QA: int8 left out (parity gate: agreement" in printed
@@ -279,6 +280,6 @@ def test_quickstart_leaves_the_failing_variant_out_and_finishes(degenerate, reus
     assert "the QA is served with ONNX o2 instead" in line
     assert "--no-demo: start it later" in printed  # the pipeline reached its last stage
     # a re-run skips everything and still says it
-    assert main(["quickstart", "--no-demo", "--out", str(out)]) == 0
+    assert main(["quickstart", "--no-demo", "--out", str(out), "--from-checkpoint", "none"]) == 0
     printed = capsys.readouterr().out
     assert printed.count("done already (skipped)") == 7 and "| QA ONNX int8: left out" in printed
