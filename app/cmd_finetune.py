@@ -41,11 +41,13 @@ def _register_classify(sub) -> None:
         description="Fine-tune ElectraForSequenceClassification (BertForSequenceClassification for an imported "
                     "BERT) from a pretrained bundle (or a random-init "
                     "control) on a labelled JSONL/CSV file (.gz allowed; CSV needs a header row), with several "
-                    "seeds (the median-seed model is kept). Then fit on dev: temperature scaling, per-class "
+                    "seeds (the median-seed model is kept). It also fits a TF-IDF char 1–3-gram + logistic "
+                    "regression model and, where it wins on dev (--fusion auto), ships the two fused in the "
+                    "bundle. Then fit on dev: temperature scaling, per-class "
                     "offsets for --min-recall classes, and an abstention threshold for --target-precision / "
                     "--target-coverage; the rule is stored in the bundle's task.json. Writes OUT/bundle, "
-                    "OUT/report.json, OUT/report.md and PNGs, beside a TF-IDF char 1–3-gram + logistic "
-                    "regression baseline. All figures are on dev, which also chose these settings.",
+                    "OUT/report.json, OUT/report.md and PNGs, with the encoder, the TF-IDF model and the "
+                    "fused router side by side. All figures are on dev, which also chose these settings.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", metavar="BUNDLE", help="pretrained (or classifier) bundle to start from")
@@ -90,7 +92,13 @@ def _register_classify(sub) -> None:
                    help="random subsample of the training file (Random(0)); reported")
     p.add_argument("--skip-empty", action="store_true",
                    help="skip rows whose text is empty (listed in OUT/skipped_rows.jsonl) instead of failing")
-    p.add_argument("--no-baseline", action="store_true", help="skip the TF-IDF + logistic regression baseline")
+    p.add_argument("--no-baseline", action="store_true",
+                   help="skip the TF-IDF + logistic regression baseline (and so the fusion)")
+    p.add_argument("--fusion", choices=("auto", "on", "off"), default="auto",
+                   help="fuse the encoder with the TF-IDF model in the bundle (weighted or log-linear probabilities, "
+                        "weight chosen on dev): auto (default) ships the fused router when its cross-fitted dev "
+                        "macro-F1 beats the encoder alone; on: always; off: the encoder alone. Calibration, "
+                        "abstention and --min-recall apply to the fused probabilities")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     p.add_argument("--no-bf16", action="store_true", help="disable bf16 autocast on CUDA")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -115,7 +123,7 @@ def cmd_finetune_classify(args) -> int:
                  label_field=args.label_field, cfg=cfg, target_precision=args.target_precision,
                  target_coverage=args.target_coverage, min_recall=dict(args.min_recall),
                  skip_empty=args.skip_empty, max_train_examples=args.max_train_examples,
-                 baseline=not args.no_baseline)
+                 baseline=not args.no_baseline, fusion=args.fusion)
     d, ss = r["dev"], r["seed_summary"]
     print(f"dev, {len(r['seeds'])} seed(s), plain argmax: macro-F1 median {ss['macro_f1_median']:.4f} "
           f"[{ss['macro_f1_min']:.4f}–{ss['macro_f1_max']:.4f}], accuracy median {ss['accuracy_median']:.4f}")
@@ -125,6 +133,11 @@ def cmd_finetune_classify(args) -> int:
              else ""))
     if r.get("baseline"):
         print(f"TF-IDF baseline: macro-F1 {r['baseline']['macro_f1']:.4f}, accuracy {r['baseline']['accuracy']:.4f}")
+    if r.get("fusion"):
+        fu = r["fusion"]
+        print(f"fused with TF-IDF ({fu['mode']}, encoder weight {fu['weight']:.1f}): cross-fitted dev macro-F1 "
+              f"{fu['crossfit']['macro_f1']:.4f} (seeds {fu['fused_crossfit_min']:.4f}–{fu['fused_crossfit_max']:.4f})"
+              f" → {'shipped' if fu['shipped'] else 'not shipped'}")
     print(r["verdict"])
     print(f"bundle → {r['bundle']}; report → {args.out}/report.md")
     return 0

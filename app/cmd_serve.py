@@ -1,8 +1,13 @@
-"""`denki serve`: the HTTP API (FastAPI + uvicorn) over ONNX bundles, with micro-batching across requests."""
+"""`denki serve`: the HTTP API (FastAPI + uvicorn) over ONNX bundles: admission control, micro-batching where it
+pays, one model per worker process on every core."""
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import sys
+import tempfile
 
 from models.bundle.onnx import MODEL_FILES
 
@@ -12,15 +17,31 @@ BACKENDS = ["auto", "fastest", *MODEL_FILES]
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
+#: environment variables handing the command line to the worker processes (uvicorn starts them with spawn, so
+#: they import the app from a string and rebuild it) and naming the folder a failing worker reports into
+WORKER_ARGS_ENV = "DENKI_SERVE_WORKER_ARGS"
+WORKER_STATE_ENV = "DENKI_SERVE_STATE_DIR"
+STARTUP_FAILURE_FILE = "startup-failure.txt"
+
+#: what a worker needs of the command line (the rest is the parent's business)
+WORKER_ARG_KEYS = ("classifier", "qa", "backend", "device", "threads", "batching", "no_batching", "max_batch",
+                   "max_wait_ms", "max_queue", "max_queue_ms", "max_texts", "max_text_chars", "max_pairs",
+                   "max_context_chars", "max_body_bytes", "retry_after", "shutdown_timeout", "log_level")
+
 
 def register(sub) -> None:
+    from serve.microbatch import BATCHING_RULE, DEFAULT_MAX_QUEUE_MS
+
     p = sub.add_parser(
         "serve", help="HTTP API (classify, answer, metrics) over ONNX bundles; 127.0.0.1 by default",
         description="Serve ONNX bundles over HTTP: POST /v1/classify, /v1/answer, /v1/answer/batch; GET /healthz, "
-                    "/readyz, /metrics (Prometheus), /docs and /openapi.json. Concurrent requests are merged into "
-                    "micro-batches (bounded queue; 503 + Retry-After when full). Binds 127.0.0.1 unless --host says "
-                    "otherwise. Ctrl-C / SIGTERM finishes in-flight requests before exiting. With --ray the same app "
-                    "runs as Ray Serve replicas (local Ray instance, or --address of a cluster).",
+                    "/readyz, /metrics (Prometheus), /docs and /openapi.json. One model per worker process, a "
+                    "worker per core by default, behind one port. Latency is bounded by admission control: a "
+                    "request whose model call cannot start within --max-queue-ms is answered 503 + Retry-After "
+                    "(refused on arrival when the measured service rate already says so). Concurrent requests are "
+                    "merged into micro-batches where that pays (--batching auto). Binds 127.0.0.1 unless --host "
+                    "says otherwise. Ctrl-C / SIGTERM finishes in-flight requests before exiting. With --ray the "
+                    "same app runs as Ray Serve replicas (local Ray instance, or --address of a cluster).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--classifier", metavar="DIR", help="ONNX classifier bundle (`denki export` output)")
     p.add_argument("--qa", metavar="DIR", help="ONNX QA bundle")
@@ -29,14 +50,28 @@ def register(sub) -> None:
     p.add_argument("--backend", default="auto", choices=BACKENDS,
                    help="auto: the fastest variant `denki bench pick` recorded for this CPU, else int8/o2/fp32")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads per model")
-    g = p.add_argument_group("micro-batching")
-    g.add_argument("--no-batching", action="store_true", help="one request = one model call (baseline)")
+    p.add_argument("--workers", default="auto", type=_workers_arg, metavar="N|auto",
+                   help="worker processes, each with its own copy of the models, behind one port (uvicorn "
+                        "workers). auto: one per core this process may use on CPU (the affinity mask), 1 on CUDA; "
+                        "to be confirmed by experiments/serve-load (goal: 2 workers ≥ 1.6x one on 2 cores)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="onnxruntime intra-op threads per model; default: the cores divided among the workers "
+                        "(1 each with a worker per core), onnxruntime's own default with one worker")
+    g = p.add_argument_group("admission control and micro-batching")
+    g.add_argument("--max-queue-ms", type=float, default=DEFAULT_MAX_QUEUE_MS,
+                   help="deadline: a request whose model call has not started this many ms after it arrived is "
+                        "answered 503 + Retry-After; one that would wait longer by the measured service rate is "
+                        "refused on arrival. Bounds p99 of admitted requests by about this plus one model call "
+                        "(default to be confirmed by experiments/serve-load)")
+    g.add_argument("--batching", default="auto", choices=["auto", "on", "off"],
+                   help=f"micro-batching across requests. {BATCHING_RULE}")
+    g.add_argument("--no-batching", action="store_true", help="the same as --batching off (kept for old scripts)")
     g.add_argument("--max-batch", type=int, default=32, help="texts (or QA pairs) per model call")
     g.add_argument("--max-wait-ms", type=float, default=2.0,
-                   help="how long the first request of a batch waits for others")
-    g.add_argument("--max-queue", type=int, default=512,
-                   help="texts/pairs waiting per model before answering 503 with Retry-After")
+                   help="with batching: how long the first request of a batch waits for others")
+    g.add_argument("--max-queue", type=int, default=2048,
+                   help="memory backstop: texts/pairs waiting per model (per worker) before 503; the latency bound "
+                        "is --max-queue-ms")
     lim = p.add_argument_group("limits")
     lim.add_argument("--max-texts", type=int, default=64, help="texts per /v1/classify request")
     lim.add_argument("--max-text-chars", type=int, default=20_000, help="characters per text or question")
@@ -44,7 +79,7 @@ def register(sub) -> None:
     lim.add_argument("--max-context-chars", type=int, default=100_000, help="characters per QA context")
     lim.add_argument("--max-body-bytes", type=int, default=2 * 1024 * 1024, help="request body limit (413)")
     lim.add_argument("--max-connections", type=int, default=1000,
-                     help="concurrent connections before uvicorn answers 503")
+                     help="concurrent connections per worker before uvicorn answers 503")
     lim.add_argument("--retry-after", type=int, default=1, help="Retry-After seconds on 503")
     lim.add_argument("--shutdown-timeout", type=float, default=30.0,
                      help="seconds to finish in-flight requests at shutdown")
@@ -68,14 +103,28 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_serve)
 
 
+def _workers_arg(value: str):
+    """``auto`` or a positive integer."""
+    if str(value).strip().lower() == "auto":
+        return "auto"
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--workers takes a number or auto, not {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("--workers must be ≥ 1")
+    return n
+
+
 def _settings(args):
     from serve.http import ServerSettings
 
-    return ServerSettings(batching=not args.no_batching, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-                          max_queue=args.max_queue, max_texts=args.max_texts, max_text_chars=args.max_text_chars,
-                          max_pairs=args.max_pairs, max_context_chars=args.max_context_chars,
-                          max_body_bytes=args.max_body_bytes, retry_after_s=args.retry_after,
-                          shutdown_timeout_s=args.shutdown_timeout)
+    batching = "off" if getattr(args, "no_batching", False) else getattr(args, "batching", "auto")
+    return ServerSettings(batching=batching, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                          max_queue=args.max_queue, max_queue_ms=args.max_queue_ms, max_texts=args.max_texts,
+                          max_text_chars=args.max_text_chars, max_pairs=args.max_pairs,
+                          max_context_chars=args.max_context_chars, max_body_bytes=args.max_body_bytes,
+                          retry_after_s=args.retry_after, shutdown_timeout_s=args.shutdown_timeout)
 
 
 def build_app(args):
@@ -92,6 +141,115 @@ def build_app(args):
     cls = Predictor(args.classifier, **kw) if args.classifier else None
     qa = Predictor(args.qa, **kw) if args.qa else None
     return create_app(classifier=cls, qa=qa, settings=settings)
+
+
+# ---------------------------------------------------------------------------------------------- worker processes
+def resolve_workers(workers, device: str, cores: int) -> int:
+    """``--workers``: a number as given; ``auto``: 1 on CUDA (one GPU is shared best by batching in one process,
+    not by several CUDA contexts), else one per core — the Python request path (HTTP, JSON, tokenising) holds one
+    interpreter's GIL, so only processes use every core; onnxruntime's threads help a batch, not that path."""
+    if workers != "auto":
+        return int(workers)
+    return 1 if device == "cuda" else max(1, cores)
+
+
+def resolve_threads(threads: int | None, workers: int, cores: int) -> int | None:
+    """onnxruntime intra-op threads per model: as given; with several workers the cores divided among them (so
+    the workers do not oversubscribe the machine); with one worker onnxruntime's default (None)."""
+    if threads:
+        return int(threads)
+    return max(1, cores // workers) if workers > 1 else None
+
+
+def _cuda_requested(device: str) -> bool:
+    """Whether the models will run on CUDA (``auto``: only if onnxruntime can really run there)."""
+    if device != "auto":
+        return device == "cuda"
+    from serve.runtime import _cuda_usable  # the runtime's own probe, cheap without a GPU
+
+    return _cuda_usable()
+
+
+def worker_app():
+    """The app of one worker process (``uvicorn.run("app.cmd_serve:worker_app", factory=True, workers=N)``): the
+    command line comes from :data:`WORKER_ARGS_ENV`. A worker that cannot load its models exits with uvicorn's
+    startup-failure code, so the supervisor stops instead of restarting it in a loop, and leaves the reason for
+    the parent in :data:`WORKER_STATE_ENV`."""
+    import logging
+
+    from uvicorn.config import STARTUP_FAILURE
+
+    args = argparse.Namespace(**json.loads(os.environ[WORKER_ARGS_ENV]))
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return build_app(args)
+    except Exception as exc:  # noqa: BLE001 — reported to the parent, then the worker stops
+        logging.getLogger("denki.serve").error("worker %d could not start: %s", os.getpid(), exc)
+        state = os.environ.get(WORKER_STATE_ENV)
+        if state:
+            with open(os.path.join(state, STARTUP_FAILURE_FILE), "a", encoding="utf-8") as f:
+                f.write(f"{type(exc).__name__}: {exc}\n")
+        raise SystemExit(STARTUP_FAILURE) from None
+
+
+def _check_bundles(args) -> None:
+    """Fail in the parent, with one clear error, before any worker starts (a wrong path, a damaged bundle)."""
+    from serve.ray_setup import checked_bundle
+
+    from models.io.errors import DenkiError
+
+    if not args.classifier and not args.qa:
+        raise DenkiError("give --classifier DIR and/or --qa DIR (ONNX bundles from `denki export`)")
+    if args.classifier:
+        checked_bundle(args.classifier, "onnx-classifier")
+    if args.qa:
+        checked_bundle(args.qa, "onnx-qa")
+    _settings(args)  # settings errors too (e.g. a deadline below the batching wait)
+
+
+def _supervisor_kw() -> dict:
+    """uvicorn's supervisor kills a worker that does not answer its health ping in time (5 s by default) and
+    starts another; a worker loading a larger model can hold the GIL that long, so it gets a minute (where this
+    uvicorn has the setting)."""
+    import inspect
+
+    import uvicorn
+
+    if "timeout_worker_healthcheck" in inspect.signature(uvicorn.run).parameters:
+        return {"timeout_worker_healthcheck": 60}
+    return {}
+
+
+def _serve_workers(args, workers: int, uvicorn_kw: dict) -> int:
+    """Run ``workers`` uvicorn worker processes behind one socket, each loading the models itself, with
+    prometheus_client in multiprocess mode (a fresh folder per run, removed at exit) so /metrics sums them."""
+    import uvicorn
+
+    _check_bundles(args)
+    state_dir = tempfile.mkdtemp(prefix="denki-serve-")
+    # set before the workers start (they are spawned: they inherit this environment and import prometheus_client
+    # afresh, which picks its multiprocess value store from this variable); restored afterwards
+    env = {"PROMETHEUS_MULTIPROC_DIR": state_dir, WORKER_STATE_ENV: state_dir,
+           WORKER_ARGS_ENV: json.dumps({k: getattr(args, k) for k in WORKER_ARG_KEYS})}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        uvicorn.run("app.cmd_serve:worker_app", factory=True, workers=workers, **uvicorn_kw, **_supervisor_kw())
+        failure = os.path.join(state_dir, STARTUP_FAILURE_FILE)
+        if os.path.exists(failure):
+            from models.io.errors import DenkiError
+
+            with open(failure, encoding="utf-8") as f:
+                reasons = list(dict.fromkeys(line.strip() for line in f if line.strip()))  # one line per worker
+            raise DenkiError("a worker could not start: " + "; ".join(reasons))
+        return 0
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def cmd_serve(args) -> int:
@@ -113,8 +271,21 @@ def cmd_serve(args) -> int:
                                 replica_gpus=args.replica_gpus)
         return run_ray_serve(app, host=args.host, port=args.port, address=args.address,
                              temp_dir=args.ray_temp_dir, detach=args.detach)
+    from serve.microbatch import usable_cores
+
+    cores = usable_cores()
+    if args.workers == "auto" and (args.classifier or args.qa):
+        workers = resolve_workers("auto", "cuda" if _cuda_requested(args.device) else "cpu", cores)
+    else:
+        workers = resolve_workers(args.workers, args.device, cores)
+    args.threads = resolve_threads(args.threads, workers, cores)
+    uvicorn_kw = dict(host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
+                      limit_concurrency=args.max_connections, timeout_graceful_shutdown=args.shutdown_timeout,
+                      server_header=False)
+    if workers > 1:
+        logging.getLogger("denki.serve").info("starting %d workers (%s threads per model each)", workers,
+                                              args.threads)
+        return _serve_workers(args, workers, uvicorn_kw)
     app = build_app(args)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
-                limit_concurrency=args.max_connections, timeout_graceful_shutdown=args.shutdown_timeout,
-                server_header=False)
+    uvicorn.run(app, **uvicorn_kw)
     return 0

@@ -106,7 +106,8 @@ class DemoModels:
 def _timing(p: Predictor, wall_ms: float) -> dict:
     t = p.last_timing
     return {"backend": p.backend, "provider": p.provider, "tokenize_ms": round(t.get("tokenize_ms", 0.0), 2),
-            "inference_ms": round(t.get("inference_ms", 0.0), 2), "total_ms": round(wall_ms, 2)}
+            "inference_ms": round(t.get("inference_ms", 0.0) + t.get("lexical_ms", 0.0), 2),
+            "total_ms": round(wall_ms, 2)}
 
 
 def route_text(models: DemoModels, text: str, backend: str, top_k: int = 5) -> tuple[str, dict, str, dict]:
@@ -129,6 +130,10 @@ def route_text(models: DemoModels, text: str, backend: str, top_k: int = 5) -> t
     why = (f"最上位 **{r['label']}** の確信度 {r['score']:.3f} / しきい値 {thr:.3f} → "
            f"{'しきい値未満なので担当者へ回します' if r['score'] < thr else 'しきい値以上なので自動で振り分けます'}"
            f"（温度 T={float(p.task.get('temperature', 1.0)):.2f} で較正済み）")
+    fu = p.task.get("fusion")
+    if fu:  # a fused router: say that the probabilities combine the encoder and the TF-IDF model
+        why += (f"。確率はエンコーダ（重み {float(fu['weight']):.1f}）と TF-IDF モデル"
+                f"（重み {1 - float(fu['weight']):.1f}）の融合です")
     return head, scores, why, _timing(p, wall)
 
 

@@ -1,11 +1,15 @@
-"""Loopback load test of `denki serve`: micro-batching on vs off, in one run.
+"""Loopback load test of `denki serve`: micro-batching on vs off (and auto), in one run.
 
-For each mode it starts `denki serve --classifier MODEL` on 127.0.0.1 (a free port; a subprocess, so the client
-does not share the server's GIL), waits for /readyz, warms up, then N concurrent clients send a fixed number of
-`POST /v1/classify` requests (texts taken round-robin from --data), and the server is stopped with SIGTERM
-(graceful). It reports requests/s and p50/p95/p99 latency per mode, the mean batch size the server saw (from
-/metrics) and the throughput ratio on/off. Bounded: only 127.0.0.1, a fixed request count, and a time limit per
-mode (--timeout) after which the clients stop and the server is killed.
+A closed-loop Python client (httpx), one server worker by default (``--workers``): it compares batching modes
+per replica. For overload, admission control and several workers, use bench/serve_load.py (a compiled load
+generator, an open loop, the shed rate and the latency of admitted requests apart).
+
+For each mode it starts `denki serve --classifier MODEL --batching MODE` on 127.0.0.1 (a free port; a
+subprocess, so the client does not share the server's GIL), waits for /readyz, warms up, then N concurrent
+clients send a fixed number of `POST /v1/classify` requests (texts taken round-robin from --data), and the server
+is stopped with SIGTERM (graceful). It reports requests/s and p50/p95/p99 latency per mode, the mean batch size
+the server saw (from /metrics) and the throughput ratio on/off. Bounded: only 127.0.0.1, a fixed request count,
+and a time limit per mode (--timeout) after which the clients stop and the server is killed.
 
 Where the time goes: the client and the server share the machine, so ``--server-cpus`` / ``--client-cpus`` pin
 them to disjoint cores (``sched_setaffinity``), and each mode also reports, per request, the CPU time the server
@@ -131,16 +135,17 @@ async def _load(url: str, texts: list[str], clients: int, requests: int, per_req
     return lat, status, wall
 
 
-def run_mode(args, batching: bool, texts: list[str]) -> dict:
+def run_mode(args, mode: str, texts: list[str]) -> dict:
     import httpx
 
     port = _free_port()
     url = f"http://{HOST}:{port}"
     cmd = [sys.executable, "-m", "app.cli", "serve", "--classifier", args.model, "--host", HOST, "--port", str(port),
            "--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms),
-           "--max-queue", str(max(512, args.clients * args.texts_per_request * 2)), "--log-level", "warning"]
-    if not batching:
-        cmd.append("--no-batching")
+           "--max-queue", str(max(2048, args.clients * args.texts_per_request * 2)), "--log-level", "warning",
+           "--batching", mode, "--workers", str(args.workers)]
+    if args.max_queue_ms is not None:
+        cmd += ["--max-queue-ms", str(args.max_queue_ms)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", ORT_DISABLE_TELEMETRY="1",
@@ -191,7 +196,7 @@ def run_mode(args, batching: bool, texts: list[str]) -> dict:
                  "model_call_ms_per_call": (inf1 - inf0) / max(1.0, c1 - c0) * 1e3,
                  "server_cpu_ms_per_req": (cpu_srv1 - cpu_srv0) / n * 1e3,
                  "client_cpu_ms_per_req": (cpu_cli1 - cpu_cli0) / n * 1e3}
-    return {"mode": "on" if batching else "off", "requests": len(lat), "ok": ok, "errors": len(lat) - ok,
+    return {"mode": mode, "requests": len(lat), "ok": ok, "errors": len(lat) - ok,
             "status": {str(k): v for k, v in sorted(status.items())}, "wall_s": wall,
             "requests_per_s": ok / wall if wall > 0 else 0.0,
             "texts_per_s": ok * args.texts_per_request / wall if wall > 0 else 0.0,
@@ -227,7 +232,8 @@ def to_markdown(res: list[dict], args) -> str:
     lines = [f"Loopback load test: {args.clients} clients × {args.requests} requests per round "
              f"({args.texts_per_request} text/request), {args.rounds} round(s) alternating the modes, model "
              f"`{args.model}`, max batch {args.max_batch}, max wait {args.max_wait_ms} ms; {pin}; "
-             f"server threads {args.threads or 'default'}.", "", *cpu_lines(), "",
+             f"server threads {args.threads or 'default'}, workers {args.workers}, deadline "
+             f"{args.max_queue_ms if args.max_queue_ms is not None else 'default'} ms.", "", *cpu_lines(), "",
              "| micro-batching | round | requests/s | p50 ms | p95 ms | p99 ms | mean batch | model calls | errors |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in res:
@@ -265,7 +271,10 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--max-wait-ms", type=float, default=2.0)
     ap.add_argument("--threads", type=int, default=None, help="server's onnxruntime intra-op threads")
-    ap.add_argument("--modes", default="off,on", help="order of the modes measured in each round")
+    ap.add_argument("--workers", default="1", help="denki serve --workers (1: compare the modes per replica)")
+    ap.add_argument("--max-queue-ms", type=float, default=None,
+                    help="denki serve --max-queue-ms (default: the server's; 503s count as errors here)")
+    ap.add_argument("--modes", default="off,on", help="order of the modes measured in each round (off, on, auto)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds (each measures every mode once)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per mode before the clients stop")
     ap.add_argument("--server-cpus", default=None, help="pin the server to these CPUs (e.g. 0, or 0-1)")
@@ -281,7 +290,9 @@ def main() -> None:
     res = []
     for rnd in range(1, args.rounds + 1):
         for mode in args.modes.split(","):
-            r = run_mode(args, mode.strip() == "on", texts)
+            if mode.strip() not in ("off", "on", "auto"):
+                raise SystemExit(f"--modes: {mode!r} is not off, on or auto")
+            r = run_mode(args, mode.strip(), texts)
             r["round"] = rnd
             print(json.dumps(r), flush=True)
             res.append(r)

@@ -248,6 +248,7 @@ class _Window:
     last_line: int  # physical input line where the window ends: a checkpoint after it resumes there
     head: list = None  # per good row: its output without the added fields (see _Encoder), filled by tokenise
     batches: list = None  # [(positions into ``good``, padded int64 arrays)], sorted by token length
+    lexical: object = None  # a fused router's TF-IDF logits (len(good), K), filled by tokenise
     label_idx: object = None  # per good row, input order: the decision (filled by the model stage)
     score: object = None
     abstain: object = None
@@ -431,6 +432,8 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
     # --- stage 2: tokenise, bucket by length, pad; encode the records for output
     def tokenise(w: _Window) -> _Window:
         encs = [tok.encode(t, max_length=max_length) for t in w.texts]
+        # a fused router's TF-IDF half (numpy) runs here, beside the tokenizer, not on the model threads
+        w.lexical = predictor.lexical.logits(w.texts) if predictor.lexical is not None and w.texts else None
         w.texts = []
         w.batches = [(idx, tok.pad([encs[i] for i in idx]))
                      for idx in sorted_batches([len(e) for e in encs], batch_size)]
@@ -451,6 +454,7 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
             for (idx, _), lg in zip(w.batches, pool.map(run, w.batches) if pool else map(run, w.batches)):
                 logits[idx] = lg
             w.batches = None
+            logits = predictor.fuse(logits, w.lexical)
             w.label_idx, w.score, _, w.abstain = decide(logits, predictor.task)
         return w
 

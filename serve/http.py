@@ -12,17 +12,24 @@ Endpoints (JSON in and out; errors are ``{"error": {"code", "message", "details"
 - ``GET /v1/models`` (what is loaded), ``GET /healthz`` (alive), ``GET /readyz`` (models loaded, accepting work),
   ``GET /metrics`` (Prometheus text format), ``GET /openapi.json`` and ``/docs``.
 
-Concurrent requests to one model are merged by a :class:`~serve.microbatch.MicroBatcher` (bounded queue, max batch,
-max wait). Limits answer with clear JSON: body over ``max_body_bytes`` → 413; too many texts, text too long, empty
-or malformed input → 422; queue full or shutting down → 503 with ``Retry-After``. Routes exist only for the models
-that are loaded (a classifier-only server has no ``/v1/answer``).
+Requests to one model go through a :class:`~serve.microbatch.MicroBatcher`: admission control (a request whose
+model call cannot start within ``max_queue_ms`` is answered 503 + ``Retry-After``, refused on arrival when the
+measured service rate already says so) and, where it pays, micro-batching (``batching``: ``auto`` / ``on`` /
+``off``; :func:`resolve_batching` states the rule and the measurement behind it). A client that disconnects
+cancels its request and the model work queued for it. Limits answer with clear JSON: body over
+``max_body_bytes`` → 413; too many texts, text too long, empty or malformed input → 422; overloaded or shutting
+down → 503 with ``Retry-After``. Routes exist only for the models that are loaded (a classifier-only server has
+no ``/v1/answer``).
 
 No torch here. The metrics are ``prometheus_client`` counters, histograms and gauges (:class:`Metrics`), served in
-the Prometheus text exposition format.
+the Prometheus text exposition format; with ``PROMETHEUS_MULTIPROC_DIR`` set (``denki serve --workers N``) every
+worker process writes them there and ``/metrics`` reports the sum over the workers, whichever one answers.
 """
+import asyncio
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -30,16 +37,20 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
 
 from models.io.errors import DenkiError
-from serve.microbatch import BatchStats, MicroBatcher, QueueFull, ShuttingDown
+from serve.microbatch import (DEFAULT_MAX_QUEUE_MS, BatchStats, MicroBatcher, QueueFull, ShuttingDown, batching_mode,
+                              resolve_batching)
 from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS
 
 log = logging.getLogger("denki.http")
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+QUEUE_WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.5, 1.0)
+
+#: the model endpoints and the model behind each (admission is checked per model, before the body is read)
+MODEL_OF_PATH = {"/v1/classify": "classifier", "/v1/answer": "qa", "/v1/answer/batch": "qa"}
 
 NOT_BLANK = r"[^\s\x1c-\x1f]"  # at least one character that str.strip() keeps
 
@@ -47,10 +58,11 @@ NOT_BLANK = r"[^\s\x1c-\x1f]"  # at least one character that str.strip() keeps
 @dataclass
 class ServerSettings:
     """Knobs of the HTTP layer (``denki serve --help`` documents each one)."""
-    batching: bool = True  # micro-batching across requests; False = one request, one model call
+    batching: str = "auto"  # micro-batching: auto (serve.microbatch.BATCHING_RULE), on, off (True/False too)
     max_batch: int = 32  # items (texts / question-context pairs) per model call
     max_wait_ms: float = 2.0  # how long the first request of a batch waits for company
-    max_queue: int = 512  # items waiting per model before 503
+    max_queue: int = 2048  # memory backstop: items waiting per model before 503 (latency is bounded by max_queue_ms)
+    max_queue_ms: float | None = DEFAULT_MAX_QUEUE_MS  # deadline: a model call not started by then → 503 (None: off)
     max_texts: int = 64  # texts per /v1/classify request
     max_text_chars: int = MAX_TEXT_CHARS  # characters per text (and per question)
     max_pairs: int = 16  # question/context pairs per /v1/answer/batch request
@@ -60,6 +72,10 @@ class ServerSettings:
     shutdown_timeout_s: float = 30.0  # finishing queued work at shutdown
 
     def __post_init__(self):
+        self.batching = batching_mode(self.batching)
+        if self.max_queue_ms is not None and not float(self.max_queue_ms) > float(self.max_wait_ms):
+            raise DenkiError(f"max_queue_ms (the deadline, {self.max_queue_ms} ms) must be larger than max_wait_ms "
+                             f"(the batching wait, {self.max_wait_ms} ms)")
         if self.max_text_chars > MAX_TEXT_CHARS or self.max_context_chars > MAX_CONTEXT_CHARS:
             raise DenkiError(f"character limits cannot exceed the runtime's ({MAX_TEXT_CHARS:,} per text, "
                              f"{MAX_CONTEXT_CHARS:,} per context)")
@@ -113,23 +129,6 @@ class _ByLabel(Mapping):
         return len(self._views())
 
 
-class _QueueDepth:
-    """Custom collector: items waiting or running per model, read when ``/metrics`` is scraped."""
-
-    def __init__(self, depth: dict[str, Callable[[], int]]):
-        self.depth = depth
-
-    def describe(self):
-        return []
-
-    def collect(self):
-        g = GaugeMetricFamily("denki_queue_items", "Items waiting or running per model (bounded by max_queue).",
-                              labels=["model"])
-        for model, fn in sorted(self.depth.items()):
-            g.add_metric([model], float(fn()))
-        yield g
-
-
 class _WithoutCreated:
     """The registry as scraped, less the ``*_created`` timestamps prometheus_client adds to counters and
     histograms (``/metrics`` keeps exactly the series it always had)."""
@@ -143,26 +142,42 @@ class _WithoutCreated:
             yield family
 
 
+def multiprocess_dir() -> str | None:
+    """``PROMETHEUS_MULTIPROC_DIR`` when prometheus_client runs in multiprocess mode (``denki serve --workers N``
+    sets it before the workers start: prometheus_client picks its value store when it is imported)."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
 class Metrics:
     """The server's Prometheus metrics, kept by ``prometheus_client`` in a registry of their own (one per app, so
     several apps in one process — tests, Ray Serve replicas — never mix) and rendered in its text exposition
     format (0.0.4):
 
-    - ``denki_http_requests_total{endpoint,method,status}``, ``denki_http_errors_total{endpoint,code}`` (counters);
+    - ``denki_http_requests_total{endpoint,method,status}``, ``denki_http_errors_total{endpoint,code}``,
+      ``denki_shed_total{model,reason}`` (requests refused by admission control; reasons in
+      :data:`serve.microbatch.SHED_REASONS`) (counters);
     - ``denki_http_request_duration_seconds{endpoint}`` (latency), ``denki_batch_size_items{model}`` and
-      ``denki_batch_size_requests{model}`` (per model call), ``denki_inference_duration_seconds{model}``
-      (histograms);
+      ``denki_batch_size_requests{model}`` (per model call), ``denki_inference_duration_seconds{model}``,
+      ``denki_queue_wait_seconds{model}`` (arrival to model call, admitted requests) (histograms);
     - ``denki_http_in_flight``, ``denki_queue_items{model}`` (gauges).
 
-    ``latency``, ``batch_items``, ``batch_requests`` and ``inference`` map a label value to a
-    :class:`HistogramView` snapshot; ``in_flight`` is the gauge's value."""
+    Multiprocess mode (``multiprocess_dir()`` set, i.e. ``denki serve --workers N``): the values live in
+    prometheus_client's files in that folder, :meth:`render` sums them over every worker (gauges over the live
+    ones) and :meth:`close` drops this process's gauges at shutdown.
+
+    ``latency``, ``batch_items``, ``batch_requests``, ``inference`` and ``queue_wait`` map a label value to a
+    :class:`HistogramView` snapshot of this process; ``in_flight`` is this process's gauge value."""
 
     def __init__(self):
+        self.multiprocess = multiprocess_dir()
         self.registry = r = CollectorRegistry()
         self._requests = Counter("denki_http_requests", "HTTP requests by endpoint, method and status code.",
                                  ["endpoint", "method", "status"], registry=r)
         self._errors = Counter("denki_http_errors", "Error responses by endpoint and error code.",
                                ["endpoint", "code"], registry=r)
+        self._shed = Counter("denki_shed", "Requests refused by admission control, by model and reason "
+                             "(estimate: refused on arrival; deadline: not started in time; queue_full).",
+                             ["model", "reason"], registry=r)
         self._latency = Histogram("denki_http_request_duration_seconds", "Request latency (seconds) by endpoint.",
                                   ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
         self._batch_items = Histogram("denki_batch_size_items",
@@ -173,17 +188,36 @@ class Metrics:
         self._inference = Histogram("denki_inference_duration_seconds",
                                     "Seconds per model call (tokenize + run + decode).", ["model"],
                                     buckets=LATENCY_BUCKETS, registry=r)
-        self._in_flight = Gauge("denki_http_in_flight", "Requests being handled now.", registry=r)
-        self.queue_depth: dict[str, Callable[[], int]] = {}  # model → callable returning the pending item count
-        r.register(_QueueDepth(self.queue_depth))
+        self._queue_wait = Histogram("denki_queue_wait_seconds",
+                                     "Seconds from a request's arrival to the start of its model call (admitted "
+                                     "requests; bounded by the deadline).", ["model"], buckets=QUEUE_WAIT_BUCKETS,
+                                     registry=r)
+        # livesum: across workers the live processes' values add up (a finished worker's are dropped by close())
+        self._in_flight = Gauge("denki_http_in_flight", "Requests being handled now.", registry=r,
+                                multiprocess_mode="livesum")
+        self._queue_items = Gauge("denki_queue_items", "Items waiting or running per model.", ["model"],
+                                  registry=r, multiprocess_mode="livesum")
         self.latency = _ByLabel(self._latency, "endpoint", LATENCY_BUCKETS)
         self.batch_items = _ByLabel(self._batch_items, "model", BATCH_BUCKETS)
         self.batch_requests = _ByLabel(self._batch_requests, "model", BATCH_BUCKETS)
         self.inference = _ByLabel(self._inference, "model", LATENCY_BUCKETS)
+        self.queue_wait = _ByLabel(self._queue_wait, "model", QUEUE_WAIT_BUCKETS)
 
     @property
     def in_flight(self) -> int:
         return int(next(iter(self._in_flight.collect())).samples[0].value)
+
+    def shed_count(self, model: str, reason: str) -> int:
+        """Requests of ``model`` refused for ``reason`` by this process."""
+        for family in self._shed.collect():
+            for smp in family.samples:
+                if smp.name.endswith("_total") and smp.labels == {"model": model, "reason": reason}:
+                    return int(smp.value)
+        return 0
+
+    def add_model(self, model: str) -> None:
+        """Show the model's queue gauge from the start (0), not only after its first request."""
+        self._queue_items.labels(model).set(0)
 
     def request_started(self) -> None:
         self._in_flight.inc()
@@ -198,30 +232,81 @@ class Metrics:
     def observe_error(self, endpoint: str, code: str) -> None:
         self._errors.labels(endpoint, code).inc()
 
+    def observe_shed(self, model: str, reason: str) -> None:
+        self._shed.labels(model, reason).inc()
+
+    def set_queue_items(self, model: str, items: int) -> None:
+        self._queue_items.labels(model).set(items)
+
     def observe_batch(self, model: str, stats: BatchStats) -> None:
         self._batch_items.labels(model).observe(stats.items)
         self._batch_requests.labels(model).observe(stats.requests)
         self._inference.labels(model).observe(stats.seconds)
+        for w in stats.queue_waits:
+            self._queue_wait.labels(model).observe(w)
 
     def render(self) -> str:
+        if self.multiprocess:
+            from prometheus_client import multiprocess
+
+            merged = CollectorRegistry()  # a fresh one per scrape, as prometheus_client's docs do it
+            multiprocess.MultiProcessCollector(merged, path=self.multiprocess)
+            return generate_latest(_WithoutCreated(merged)).decode("utf-8")
         return generate_latest(_WithoutCreated(self.registry)).decode("utf-8")
+
+    def close(self) -> None:
+        """At this process's shutdown: in multiprocess mode, drop its live gauges (in flight, queue items) from
+        the shared folder, so the surviving workers' sums stay right."""
+        if self.multiprocess:
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(os.getpid(), path=self.multiprocess)
 
 
 # ------------------------------------------------------------------------------------------------ ASGI layers
+#: scope key holding ``time.monotonic()`` at the request's arrival (its deadline counts from there)
+ARRIVED = "denki.arrived"
+
+
 def _error_body(status: int, code: str, message: str, details: Any = None) -> bytes:
     return json.dumps({"error": {"code": code, "message": message, "details": details}},
                       ensure_ascii=False).encode("utf-8")
 
 
+def _refusal(exc: Exception, retry_after_s: int) -> tuple[int, str, str, Any]:
+    """The 503 answer (status, code, message, details) for a request admission control refused."""
+    if isinstance(exc, ShuttingDown):
+        return 503, "shutting_down", str(exc), None
+    return 503, "overloaded", f"server busy ({exc}); retry after {retry_after_s} s", getattr(exc, "details", None)
+
+
+async def _disconnected(receive) -> None:
+    """Return when the server reports ``http.disconnect`` (the client went away, or the response is complete)."""
+    while True:
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            return
+
+
 class _ObserveAndLimit:
-    """Outermost ASGI layer: counts requests/latency/status per endpoint and enforces the body limit.
+    """Outermost ASGI layer: counts requests/latency/status per endpoint, refuses what admission control refuses
+    before reading the body, enforces the body limit, and cancels a request whose client disconnects.
 
-    The body is read here, at most ``max_body_bytes`` of it (a larger Content-Length is refused before reading;
-    a chunked body is refused as soon as it passes the limit), so memory per request stays bounded, then replayed
-    to the app."""
+    - *Admission first* (``admit(path, method)``, raising :class:`QueueFull` / :class:`ShuttingDown`): a request
+      to an overloaded model is answered 503 before this layer reads its body or the app parses it, so shedding
+      stays cheap when it matters most (the server may have buffered the bytes; nothing looks at
+      them). The arrival time is stored in the scope (``ARRIVED``): the deadline counts from there.
+    - *Body limit*: the body is read here, at most ``max_body_bytes`` of it (a larger Content-Length is refused
+      before reading; a chunked body is refused as soon as it passes the limit), so memory per request stays
+      bounded, then replayed to the app.
+    - *Disconnect*: once the body is read, the server's ``receive`` is watched; an ``http.disconnect`` before the
+      response is sent cancels the app's task, which drops the request's queued model work (counted as status
+      499, error ``client_closed``)."""
 
-    def __init__(self, app, metrics: Metrics, max_body_bytes: int, known_paths: set[str]):
+    def __init__(self, app, metrics: Metrics, max_body_bytes: int, known_paths: set[str],
+                 admit: Callable[[str, str], None] | None = None, retry_after_s: int = 1):
         self.app, self.metrics, self.max_body, self.known = app, metrics, int(max_body_bytes), known_paths
+        self.admit, self.retry_after = admit, int(retry_after_s)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -229,25 +314,70 @@ class _ObserveAndLimit:
         path = scope.get("path", "")
         endpoint = path if path in self.known else "other"  # bounded label set, whatever clients send
         t0 = time.perf_counter()
-        status = {"code": 500}
+        scope[ARRIVED] = time.monotonic()
+        state = {"code": 500, "started": False}
 
         async def send_wrapper(message):
             if message["type"] == "http.response.start":
-                status["code"] = message["status"]
+                state["code"] = message["status"]
+                state["started"] = True
             await send(message)
 
         self.metrics.request_started()
         try:
+            refused = self._refused(path, scope.get("method", ""))
+            if refused is not None:
+                status, code, message, details = refused
+                self.metrics.observe_error(endpoint, code)
+                await self._send_json(send_wrapper, status, _error_body(status, code, message, details),
+                                      [(b"retry-after", str(self.retry_after).encode())])
+                return
             receive2 = await self._limited_body(scope, receive)
             if receive2 is None:
                 self.metrics.observe_error(endpoint, "body_too_large")
                 await self._send_json(send_wrapper, 413, _error_body(
                     413, "body_too_large", f"request body exceeds {self.max_body:,} bytes"))
-            else:
-                await self.app(scope, receive2, send_wrapper)
+            elif receive2 is receive:  # GET and friends: nothing was read, nothing to watch
+                await self.app(scope, receive, send_wrapper)
+            elif await self._run_until_disconnect(scope, receive2, receive, send_wrapper, state):
+                state["code"] = 499  # nginx's "client closed request": no response was sent
+                self.metrics.observe_error(endpoint, "client_closed")
         finally:
             self.metrics.request_finished()
-            self.metrics.observe_request(endpoint, scope.get("method", ""), status["code"], time.perf_counter() - t0)
+            self.metrics.observe_request(endpoint, scope.get("method", ""), state["code"], time.perf_counter() - t0)
+
+    def _refused(self, path: str, method: str):
+        """(status, code, message, details) when admission control refuses this request now, else None."""
+        if self.admit is None:
+            return None
+        try:
+            self.admit(path, method)
+        except (QueueFull, ShuttingDown) as exc:
+            return _refusal(exc, self.retry_after)
+        return None
+
+    async def _run_until_disconnect(self, scope, app_receive, server_receive, send, state) -> bool:
+        """Run the app; cancel it if the client disconnects before the response starts. True if cancelled."""
+        app_task = asyncio.ensure_future(self.app(scope, app_receive, send))
+        watcher = asyncio.ensure_future(_disconnected(server_receive))
+        cancelled_by_us = False
+        try:
+            await asyncio.wait((app_task, watcher), return_when=asyncio.FIRST_COMPLETED)
+            # the watcher also returns once the response is complete (the server then reports a disconnect)
+            if not app_task.done() and not state["started"]:
+                cancelled_by_us = True
+                app_task.cancel()
+            try:
+                await app_task
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not cancelled_by_us or (task is not None and task.cancelling()):
+                    raise  # we ourselves are being cancelled (server shutdown): pass it on
+            return cancelled_by_us
+        finally:
+            watcher.cancel()
+            if not app_task.done():
+                app_task.cancel()
 
     async def _limited_body(self, scope, receive):
         if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
@@ -313,7 +443,9 @@ def _clean_answer(r: dict) -> dict:
 def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = None, metrics: Metrics | None = None):
     """Build the FastAPI app over loaded predictors (``serve.runtime.Predictor``; at least one).
 
-    The micro-batchers start with the app (ASGI lifespan) and, at shutdown, finish the work already queued."""
+    Each model gets a :class:`MicroBatcher` (admission control with ``settings.max_queue_ms``; micro-batching as
+    :func:`resolve_batching` decides from the predictor's device and threads; ``app.state.batching`` says what and
+    why). The batchers start with the app (ASGI lifespan) and, at shutdown, finish the work already queued."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, PlainTextResponse
@@ -402,21 +534,37 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
 
     errors = {413: {"model": ErrorResponse, "description": "request body too large"},
               422: {"model": ErrorResponse, "description": "invalid input (limits, types, empty text)"},
-              503: {"model": ErrorResponse, "description": "queue full or shutting down; see Retry-After"}}
+              503: {"model": ErrorResponse,
+                    "description": "overloaded (would not start within the deadline; details.reason says why) or "
+                                   "shutting down; see Retry-After"}}
 
     # ------------------------------------------------------------------ batchers and lifespan
     batchers: dict[str, MicroBatcher] = {}
+    batching: dict[str, str] = {}  # model → "on (auto: …)" / "off (…)": what was decided and why
 
-    def _mk(name: str, fn):
+    def _mk(name: str, predictor, fn):
+        enabled, why = resolve_batching(s.batching, getattr(predictor, "device", "cpu"),
+                                        getattr(predictor, "threads", None))
         b = MicroBatcher(fn, max_batch=s.max_batch, max_wait_ms=s.max_wait_ms, max_queue=s.max_queue,
-                         enabled=s.batching, name=name, on_batch=lambda st: metrics.observe_batch(name, st))
+                         max_queue_ms=s.max_queue_ms, enabled=enabled, name=name,
+                         on_batch=lambda st: metrics.observe_batch(name, st),
+                         on_shed=lambda reason: metrics.observe_shed(name, reason),
+                         on_pending=lambda n: metrics.set_queue_items(name, n))
         batchers[name] = b
-        metrics.queue_depth[name] = lambda: b.pending
+        batching[name] = why
+        metrics.add_model(name)
 
     if classifier is not None:
-        _mk("classifier", lambda texts: classifier.classify(texts, batch_size=s.max_batch))
+        _mk("classifier", classifier, lambda texts: classifier.classify(texts, batch_size=s.max_batch))
     if qa is not None:
-        _mk("qa", lambda pairs: [_clean_answer(r) for r in qa.answer_batch(pairs)])
+        _mk("qa", qa, lambda pairs: [_clean_answer(r) for r in qa.answer_batch(pairs)])
+
+    def admit(path: str, method: str) -> None:
+        """Admission control before the body is read (the middleware calls it): raises when the model behind a
+        model endpoint would not start a request within the deadline."""
+        b = batchers.get(MODEL_OF_PATH.get(path, ""))
+        if b is not None and method == "POST":
+            b.check_admission(1)
 
     state = {"ready": False}
 
@@ -425,23 +573,30 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
         for b in batchers.values():
             await b.start()
         state["ready"] = True
-        log.info("denki serve ready: %s", ", ".join(f"{k}={v}" for k, v in describe().items()))
+        log.info("denki serve ready (pid %d): %s; batching %s; deadline %s", os.getpid(),
+                 ", ".join(f"{k}={v}" for k, v in describe().items()),
+                 ", ".join(f"{k} {v}" for k, v in batching.items()),
+                 "none" if s.max_queue_ms is None else f"{s.max_queue_ms:g} ms")
         try:
             yield
         finally:
             state["ready"] = False
             for b in batchers.values():
                 await b.close(timeout=s.shutdown_timeout_s)
+            metrics.close()
 
     def describe() -> dict[str, str]:
         return {name: p.describe() for name, p in (("classifier", classifier), ("qa", qa)) if p is not None}
 
     app = FastAPI(title="denki", version=_version(), lifespan=lifespan,
                   description="Japanese ELECTRA models behind an HTTP API: text routing (classifier) and "
-                              "extractive QA, on ONNX Runtime with micro-batching across requests.")
+                              "extractive QA, on ONNX Runtime, with admission control (a request that cannot "
+                              "start within the deadline is answered 503 + Retry-After) and micro-batching "
+                              "where it pays.")
     app.state.settings = s
     app.state.metrics = metrics
     app.state.batchers = batchers
+    app.state.batching = batching
 
     # ------------------------------------------------------------------ errors
     def _err(request: Request, status: int, code: str, message: str, details=None, headers=None):
@@ -464,13 +619,10 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
         return _err(request, exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
 
     @app.exception_handler(QueueFull)
-    async def _full(request: Request, exc: QueueFull):
-        return _err(request, 503, "overloaded", f"server busy ({exc}); retry after {s.retry_after_s} s",
-                    headers={"Retry-After": str(s.retry_after_s)})
-
     @app.exception_handler(ShuttingDown)
-    async def _closing(request: Request, exc: ShuttingDown):
-        return _err(request, 503, "shutting_down", str(exc), headers={"Retry-After": str(s.retry_after_s)})
+    async def _refused(request: Request, exc: Exception):
+        status, code, message, details = _refusal(exc, s.retry_after_s)
+        return _err(request, status, code, message, details, headers={"Retry-After": str(s.retry_after_s)})
 
     @app.exception_handler(DenkiError)
     async def _denki(request: Request, exc: DenkiError):
@@ -493,7 +645,7 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
         if not ok:
             return _err(request, 503, "not_ready", "starting or shutting down",
                         headers={"Retry-After": str(s.retry_after_s)})
-        return {"status": "ready", "models": describe()}
+        return {"status": "ready", "models": describe(), "pid": os.getpid()}  # pid: which worker answered
 
     @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (text exposition format 0.0.4)",
              response_class=PlainTextResponse)
@@ -502,30 +654,37 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
 
     @app.get("/v1/models", tags=["models"], summary="Loaded models, backends and limits")
     async def models() -> dict[str, Any]:
-        return {"models": describe(), "settings": asdict(s)}
+        return {"models": describe(), "settings": asdict(s), "batching": dict(batching), "pid": os.getpid()}
 
     if classifier is not None:
         @app.post("/v1/classify", tags=["models"], response_model=ClassifyResponse, responses=errors,
                   summary="Classify / route texts",
                   description="Each text gets the most likely label, its probability, all probabilities and the "
                               "route (the label, or the human label when the model is not confident enough).")
-        async def classify(req: ClassifyRequest):
-            return {"results": await batchers["classifier"].submit(req.texts)}
+        async def classify(req: ClassifyRequest, request: Request):
+            return {"results": await batchers["classifier"].submit(req.texts, arrived=_arrived(request))}
 
     if qa is not None:
         @app.post("/v1/answer", tags=["models"], response_model=AnswerResult, responses=errors,
                   summary="Answer a question from a passage (extractive)")
-        async def answer(req: AnswerRequest):
-            return (await batchers["qa"].submit([(req.question, req.context)]))[0]
+        async def answer(req: AnswerRequest, request: Request):
+            return (await batchers["qa"].submit([(req.question, req.context)], arrived=_arrived(request)))[0]
 
         @app.post("/v1/answer/batch", tags=["models"], response_model=AnswerBatchResponse, responses=errors,
                   summary="Answer several question/passage pairs")
-        async def answer_batch(req: AnswerBatchRequest):
-            return {"results": await batchers["qa"].submit([(it.question, it.context) for it in req.items])}
+        async def answer_batch(req: AnswerBatchRequest, request: Request):
+            return {"results": await batchers["qa"].submit([(it.question, it.context) for it in req.items],
+                                                           arrived=_arrived(request))}
 
     known = {r.path for r in app.routes if hasattr(r, "path")}
-    app.add_middleware(_ObserveAndLimit, metrics=metrics, max_body_bytes=s.max_body_bytes, known_paths=known)
+    app.add_middleware(_ObserveAndLimit, metrics=metrics, max_body_bytes=s.max_body_bytes, known_paths=known,
+                       admit=admit, retry_after_s=s.retry_after_s)
     return app
+
+
+def _arrived(request) -> float | None:
+    """The request's arrival time (``time.monotonic()``) as the outer ASGI layer noted it."""
+    return request.scope.get(ARRIVED)
 
 
 def _version() -> str:

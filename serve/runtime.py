@@ -119,6 +119,12 @@ class Predictor:
         self.model_file = self.dir / available[self.backend]
         self.session, self.provider = open_session(self.model_file, self.device, threads,
                                                    allow_spinning=self.allow_spinning)
+        # a fused router (task.json "fusion"): the TF-IDF model, numpy, files checked by verify_bundle above
+        self.lexical = None
+        if self.kind == "onnx-classifier" and self.task.get("fusion"):
+            from models.classify.lexical import LexicalModel
+
+            self.lexical = LexicalModel.load(self.dir)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.last_timing: dict[str, float] = {}
@@ -171,7 +177,9 @@ class Predictor:
     # ------------------------------------------------------------------ core
     def describe(self) -> str:
         spin = "" if self.allow_spinning is None else f", spinning {'on' if self.allow_spinning else 'off'}"
-        return (f"{self.kind} · backend {self.backend} ({self.model_file.name}{spin}) · {self.provider} · "
+        fu = self.task.get("fusion")
+        fused = f" · fused with TF-IDF ({fu['mode']}, encoder weight {float(fu['weight']):.1f})" if fu else ""
+        return (f"{self.kind} · backend {self.backend} ({self.model_file.name}{spin}) · {self.provider}{fused} · "
                 f"chosen: {self.choice}")
 
     def run(self, batch: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -199,7 +207,8 @@ class Predictor:
 
     def logits(self, texts: Sequence[str], *, batch_size: int = 32) -> np.ndarray:
         """Classifier logits ``(n, n_labels)`` float32, batched by :func:`sorted_batches` (sorted by token count,
-        at most ``batch_size`` per batch, none padded far beyond its own texts)."""
+        at most ``batch_size`` per batch, none padded far beyond its own texts). For a fused router these are the
+        fused logits (:func:`models.classify.fusion.fused_logits`): what the routing rule is fitted on."""
         if self.kind != "onnx-classifier":
             raise DenkiError(f"{self.dir} is a {self.kind} bundle, not a classifier")
         self._check_texts(texts)
@@ -211,7 +220,17 @@ class Predictor:
             out[idx] = self.run(self.tokenizer.pad([encs[i] for i in idx]))[0]
         t2 = time.perf_counter()
         self.last_timing = {"tokenize_ms": (t1 - t0) * 1e3, "inference_ms": (t2 - t1) * 1e3, "n": len(texts)}
+        if self.lexical is not None:
+            out = self.fuse(out, self.lexical.logits(texts))
+            self.last_timing["lexical_ms"] = (time.perf_counter() - t2) * 1e3
         return out
+
+    def fuse(self, encoder_logits: np.ndarray, lexical_logits: np.ndarray | None) -> np.ndarray:
+        """The logits the routing rule sees from the ONNX model's ``(n, K)`` (and, for a fused router, the
+        lexical model's); float32."""
+        from models.classify.fusion import fused_logits
+
+        return np.asarray(fused_logits(self.task, encoder_logits, lexical_logits), dtype=np.float32)
 
     def classify(self, texts: Sequence[str], *, batch_size: int = 32) -> list[dict]:
         """``[{"label", "score", "scores", "route"}]`` per text, by the bundle's routing rule."""

@@ -40,7 +40,7 @@ def finetuned(split, pretrained, tmp_path_factory):
     out = tmp_path_factory.mktemp("ft") / "run"
     rc = main(["finetune", "classify", "--model", str(pretrained), "--train", str(split / "train.jsonl"),
                "--dev", str(split / "dev.jsonl"), "--out", str(out), "--target-precision", "0.5",
-               "--min-recall", f"{CAUSE}=0.8", *FT])
+               "--min-recall", f"{CAUSE}=0.8", "--fusion", "on", *FT])  # fused: every test below sees the TF-IDF half
     assert rc == 0
     return out
 
@@ -96,10 +96,16 @@ def test_bundle_logits_route_through_numpy_rule(finetuned, split):
     from models.classify.predict import torch_logits_fn
     from models.classify.decision import route
 
+    from models.classify.fusion import fuse
+    from models.classify.lexical import LexicalModel
+
     bundle = finetuned / "bundle"
     parity = json.loads((bundle / "parity_sample.json").read_text(encoding="utf-8"))
     logits = torch_logits_fn(bundle, device="cpu", progress=False)(parity["texts"][:16])
-    np.testing.assert_allclose(logits, np.asarray(parity["logits"][:16]), atol=1e-4)
+    fusion = read_task(bundle)["fusion"]  # the fixture asks for --fusion on: the logits are the fused ones
+    lex = LexicalModel.load(bundle).logits(parity["texts"][:16])
+    want = fuse(np.asarray(parity["logits"][:16]), lex, fusion["mode"], fusion["weight"])
+    np.testing.assert_allclose(logits, want, atol=1e-4)
     out = route(logits, read_task(bundle))
     assert all(o["route"] in (o["label"], "human") for o in out)
 
@@ -275,3 +281,67 @@ def test_extended_livedoor_titles_nine_labels(tiny_tokenizer_dir, tmp_path):
                  "--no-progress"]) == 0
     res = json.loads(res_path.read_text(encoding="utf-8"))
     assert res["n"] == len(rows) // 4 and res["accuracy"] == pytest.approx(report["dev"]["accuracy"])
+
+
+def test_fused_router_exports_and_serves_without_change_for_the_caller(finetuned, split, tmp_path):
+    """A fused bundle (--fusion on): the report shows the three routers, the export carries and gates the lexical
+    part, and the ONNX runtime, `denki evaluate` and the batch CLI give the PyTorch evaluation's decisions."""
+    from models.bundle.format import read_task, verify_bundle
+    from models.export.onnx import export_bundle
+    from serve.batch import classify_file
+    from serve.runtime import Predictor
+
+    report = json.loads((finetuned / "report.json").read_text(encoding="utf-8"))
+    fu = report["fusion"]
+    assert fu["shipped"] and fu["requested"] == "on" and fu["mode"] in ("prob", "loglinear")
+    assert 0 <= fu["weight"] <= 1 and fu["crossfit"]["folds"] >= 2 and len(fu["per_seed"]) == 2
+    assert fu["encoder_macro_f1"] == pytest.approx(report["seeds"][[s["seed"] for s in report["seeds"]].index(
+        report["seed_summary"]["chosen_seed"])]["macro_f1"])
+    assert fu["lexical_macro_f1"] == pytest.approx(report["baseline"]["macro_f1"], abs=1e-9)
+    md = (finetuned / "report.md").read_text(encoding="utf-8")
+    assert "Fusion with the TF-IDF model" in md and "cross-fitted" in md
+    manifest = verify_bundle(finetuned / "bundle")
+    assert {"lexical.safetensors", "lexical_vocab.json"} <= set(manifest["files"])
+
+    out = tmp_path / "onnx"
+    m = export_bundle(finetuned, out, progress=False)  # fp32 only: the evaluation below compares exact decisions
+    assert m["metrics"]["parity"]["lexical"]["max_abs_diff_probs"] < 1e-4
+    assert read_task(out)["fusion"] == read_task(finetuned / "bundle")["fusion"]
+    res = {}
+    for name, bundle in (("torch", finetuned), ("onnx", out)):
+        path = tmp_path / f"{name}.json"
+        assert main(["evaluate", "classify", "--model", str(bundle), "--data", str(split / "dev.jsonl"),
+                     "--output-json", str(path), "--device", "cpu", "--no-progress"]) == 0
+        res[name] = json.loads(path.read_text(encoding="utf-8"))
+    assert abs(res["onnx"]["accuracy"] - res["torch"]["accuracy"]) <= 1 / 80  # fp32: at most a tie flips
+    assert res["torch"]["accuracy"] == pytest.approx(report["dev"]["accuracy"])
+
+    p = Predictor(out, backend="fp32")
+    assert p.lexical is not None and "fused with TF-IDF" in p.describe()
+    texts = [json.loads(line)["text"] for line in (split / "dev.jsonl").read_text(encoding="utf-8").splitlines()]
+    direct = p.classify(texts)
+    assert "lexical_ms" in p.last_timing
+    plain = Predictor(out, backend="fp32")
+    plain.lexical, plain.task = None, {k: v for k, v in plain.task.items() if k != "fusion"}
+    assert [r["label"] for r in direct] != [r["label"] for r in plain.classify(texts)] or fu["weight"] == 1.0
+    scored = tmp_path / "scored.jsonl"
+    classify_file(out, split / "dev.jsonl", scored, backend="fp32", workers=2, progress=False)
+    rows = [json.loads(line) for line in scored.read_text(encoding="utf-8").splitlines()]
+    key = next(k for k in rows[0] if k.endswith("route"))  # prefixed: the input already has a "label" field
+    assert [r[key] for r in rows] == [d["route"] for d in direct]
+
+
+def test_fusion_off_and_fusion_without_baseline(split, pretrained, tmp_path, capsys):
+    from models.bundle.format import read_task, verify_bundle
+
+    out = tmp_path / "off"
+    assert main(["finetune", "classify", "--model", str(pretrained), "--train", str(split / "train.jsonl"),
+                 "--dev", str(split / "dev.jsonl"), "--out", str(out), "--fusion", "off", "--seeds", "1",
+                 *FT[2:]]) == 0
+    assert "fusion" not in read_task(out / "bundle")
+    assert not any(f.startswith("lexical") for f in verify_bundle(out / "bundle")["files"])
+    assert json.loads((out / "report.json").read_text(encoding="utf-8"))["fusion"] is None
+    assert main(["finetune", "classify", "--model", str(pretrained), "--train", str(split / "train.jsonl"),
+                 "--dev", str(split / "dev.jsonl"), "--out", str(tmp_path / "x"), "--fusion", "on",
+                 "--no-baseline", *FT]) == 2
+    assert "--fusion on needs the TF-IDF model" in capsys.readouterr().err

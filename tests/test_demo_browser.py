@@ -4,6 +4,7 @@ question, see the highlighted answer, check that both tabs' example lists show t
 screenshots."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -22,20 +23,24 @@ EXAMPLE_ROWS = ".gallery-item, tr.tr-body"
 
 
 
-@pytest.fixture(scope="module")
-def demo_url(onnx_classifier, onnx_qa, tmp_path_factory):
+def _need_browser() -> None:
     if not Path(CHROMIUM).exists():
         msg = f"{CHROMIUM} not found: `apt-get install -y chromium fonts-ipafont-gothic` (what .ci/run does)"
         if os.environ.get("CI"):
             pytest.fail(msg)
         pytest.skip(msg)
     pytest.importorskip("playwright")
+
+
+@contextlib.contextmanager
+def _demo(classifier, qa, tmp_path_factory):
+    """`denki demo` on a free loopback port, in a subprocess; yields its URL, stops it afterwards."""
     port = free_port()
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1",
                GRADIO_TEMP_DIR=str(tmp_path_factory.mktemp("gradio")))
     log = open(tmp_path_factory.mktemp("log") / "demo.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "demo", "--classifier", str(onnx_classifier),
-                             "--qa", str(onnx_qa), "--port", str(port)], cwd=REPO, env=env, stdout=log,
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "demo", "--classifier", str(classifier),
+                             "--qa", str(qa), "--port", str(port)], cwd=REPO, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -57,6 +62,13 @@ def demo_url(onnx_classifier, onnx_qa, tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def demo_url(onnx_classifier, onnx_qa, tmp_path_factory):
+    _need_browser()
+    with _demo(onnx_classifier, onnx_qa, tmp_path_factory) as url:
+        yield url
 
 
 def _start(text: str, n: int = 12) -> str:
@@ -141,3 +153,52 @@ def test_demo_in_browser(demo_url, onnx_classifier, onnx_qa, tmp_path):
         finally:
             browser.close()
     assert (shots / "demo_routing.png").stat().st_size > 10_000
+
+
+#: the sample passage that opens qa_dev.jsonl, and a question whose answer opens it
+GODZILLA_QUESTION = "ゴジラの第1作が公開されたのはいつですか?"
+GODZILLA_ANSWER = "1954年11月3日"
+
+
+def test_demo_answers_from_the_shipped_qa_checkpoint(onnx_classifier, tmp_path_factory, tmp_path):
+    """The shipped QA checkpoint, exported as a user would, answers a sample question in the browser with the span
+    that opens the passage (the demo once said 回答なし to it)."""
+    import json
+
+    from playwright.sync_api import expect, sync_playwright
+
+    from models.bundle.checkpoints import list_checkpoints
+    from models.export.onnx import export_bundle
+
+    _need_browser()
+    qa = next((c for c in list_checkpoints() if c["kind"] == "qa"), None)
+    if qa is None:
+        pytest.skip("no QA checkpoint shipped in checkpoints/")
+    onnx_dir = tmp_path_factory.mktemp("ckqa") / "onnx"
+    export_bundle(qa["path"], onnx_dir, progress=False)
+    passage = json.loads((REPO / "samples" / "qa_dev.jsonl").read_text(encoding="utf-8").splitlines()[0])["context"]
+    assert passage.startswith(GODZILLA_ANSWER)
+    with _demo(onnx_classifier, onnx_dir, tmp_path_factory) as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1400})
+            page.goto(url, wait_until="domcontentloaded")
+            page.locator("#route-input textarea").wait_for(timeout=60_000)
+            page.get_by_role("tab", name="回答抽出").click()
+            out = page.locator("#qa-output")
+            for _ in range(3):  # see test_demo_in_browser: a fill before Gradio listens can be lost
+                page.locator("#qa-question textarea").fill(GODZILLA_QUESTION)
+                page.locator("#qa-passage textarea").fill(passage)
+                page.locator("#qa-button").click()
+                try:
+                    expect(out).to_contain_text("回答", timeout=30_000)
+                    if "入力してください" not in out.inner_text():
+                        break
+                except AssertionError:
+                    pass
+            expect(out).to_contain_text(f"回答: {GODZILLA_ANSWER}", timeout=10_000)
+            expect(page.locator("#qa-highlight")).to_contain_text(GODZILLA_ANSWER)
+            page.screenshot(path=str(tmp_path / "demo_qa_checkpoint.png"), full_page=True)
+        finally:
+            browser.close()

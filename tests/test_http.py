@@ -1,14 +1,20 @@
 """`denki serve`: the HTTP API (serve/http.py), the micro-batcher (serve/microbatch.py) and the command.
 
-Endpoint tests run the ASGI app in process (TestClient / httpx ASGITransport); one test starts real uvicorn on
-127.0.0.1 to check graceful shutdown. The OpenAPI schema is fuzzed with schemathesis: no input may cause a 5xx.
+Endpoint tests run the ASGI app in process (TestClient / httpx ASGITransport); real uvicorn on 127.0.0.1 checks
+graceful shutdown and that a client disconnect cancels queued work, and one test starts `denki serve --workers 2`
+(one port, two processes, /metrics summed over both). Admission control: the deadline, the refusal on arrival from
+the measured service rate (before the body is even parsed), `--batching auto`'s rule. The OpenAPI schema is fuzzed
+with schemathesis: no input may cause a 5xx.
 """
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,10 +23,12 @@ pytest.importorskip("fastapi")
 
 from models.io.errors import DenkiError  # noqa: E402
 from serve.http import Metrics, ServerSettings, create_app  # noqa: E402
-from serve.microbatch import MicroBatcher, QueueFull  # noqa: E402
+from serve.microbatch import MicroBatcher, QueueFull, resolve_batching  # noqa: E402
 from serve.runtime import Predictor  # noqa: E402
 
 from .conftest import free_port, wait_ready  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +154,8 @@ def test_answer_limits(client):
 
 def test_bad_request_in_a_merged_batch_fails_alone(qa_pred):
     """A refused question merged into a batch with good ones: only its own request gets the 422."""
-    app = create_app(qa=qa_pred, settings=ServerSettings(max_batch=8, max_wait_ms=300))
+    app = create_app(qa=qa_pred, settings=ServerSettings(batching="on", max_batch=8, max_wait_ms=300,
+                                                         max_queue_ms=10_000))
     ctx = "定例会議は毎週月曜の10時から第二会議室で始まる。"
     bodies = [{"question": "何時?", "context": ctx}, {"question": "会議" * 100, "context": ctx},
               {"question": "どこ?", "context": ctx}]
@@ -218,7 +227,8 @@ async def _concurrent_classify(app, n: int, texts_per_request: int = 1) -> list[
 
 
 def test_microbatching_merges_concurrent_requests(cls_pred):
-    on = create_app(classifier=cls_pred, settings=ServerSettings(max_batch=8, max_wait_ms=200))
+    on = create_app(classifier=cls_pred, settings=ServerSettings(batching="on", max_batch=8, max_wait_ms=200,
+                                                                 max_queue_ms=10_000))
     rs = asyncio.run(_concurrent_classify(on, 16))
     assert all(r.status_code == 200 for r in rs)
     h = on.state.metrics.batch_requests["classifier"]
@@ -228,7 +238,8 @@ def test_microbatching_merges_concurrent_requests(cls_pred):
     # the same texts give the same answer whether batched or alone
     assert rs[3].json()["results"][0]["label"] == cls_pred.classify(["問い合わせ 3"])[0]["label"]
 
-    off = create_app(classifier=cls_pred, settings=ServerSettings(batching=False, max_wait_ms=200))
+    off = create_app(classifier=cls_pred, settings=ServerSettings(batching=False, max_wait_ms=200,
+                                                                  max_queue_ms=10_000))
     rs = asyncio.run(_concurrent_classify(off, 6))
     assert all(r.status_code == 200 for r in rs)
     h = off.state.metrics.batch_requests["classifier"]
@@ -237,8 +248,9 @@ def test_microbatching_merges_concurrent_requests(cls_pred):
 
 def test_backpressure_503_with_retry_after(cls_pred):
     gated = Gated(cls_pred)
+    # the memory backstop alone (no deadline): two requests of 2 items fill max_queue=4
     app = create_app(classifier=gated, settings=ServerSettings(max_batch=2, max_wait_ms=0, max_queue=4,
-                                                               retry_after_s=3))
+                                                               max_queue_ms=None, retry_after_s=3))
 
     async def scenario():
         async with app.router.lifespan_context(app):
@@ -253,6 +265,7 @@ def test_backpressure_503_with_retry_after(cls_pred):
     rejected, held = asyncio.run(scenario())
     assert rejected.status_code == 503 and rejected.headers["retry-after"] == "3"
     assert rejected.json()["error"]["code"] == "overloaded"
+    assert rejected.json()["error"]["details"]["reason"] == "queue_full"
     assert [r.status_code for r in held] == [200, 200]
 
 
@@ -296,6 +309,227 @@ def test_microbatcher_units():
     asyncio.run(full())
 
 
+# -------------------------------------------------------------------------------------------- admission control
+def test_deadline_sheds_a_request_that_cannot_start_in_time(cls_pred):
+    """A request queued behind a model call that does not end is answered 503 at its deadline (not when the call
+    ends); the one already running is not shed, whatever the clock says."""
+    gated = Gated(cls_pred)
+    app = create_app(classifier=gated, settings=ServerSettings(batching="off", max_queue_ms=150, retry_after_s=2))
+
+    async def scenario():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+                running = asyncio.create_task(c.post("/v1/classify", json={"texts": ["a"]}))
+                while not gated.entered.is_set():
+                    await asyncio.sleep(0.01)
+                t0 = time.monotonic()
+                queued = await c.post("/v1/classify", json={"texts": ["b", "c"]})
+                waited = time.monotonic() - t0
+                pending_after = app.state.batchers["classifier"].pending
+                gated.gate.set()
+                return queued, waited, pending_after, await running
+
+    queued, waited, pending_after, running = asyncio.run(scenario())
+    assert queued.status_code == 503 and queued.headers["retry-after"] == "2"
+    err = queued.json()["error"]
+    assert err["code"] == "overloaded" and err["details"]["reason"] == "deadline", err
+    assert 0.1 <= waited < 5.0  # answered at its deadline (150 ms; slack for a loaded machine), not never
+    assert pending_after == 1  # its two texts left the queue; only the running request's one remains
+    assert running.status_code == 200
+    assert gated.calls == [1]  # the shed request never reached the model
+    assert app.state.metrics.shed_count("classifier", "deadline") == 1
+    assert app.state.metrics.queue_wait["classifier"].count == 1  # admitted requests' waits are recorded
+
+
+def test_refused_on_arrival_from_the_measured_rate():
+    """Once model calls were measured, a request that would wait past the deadline is refused at once."""
+    gate = threading.Event()
+    per_item = {"s": 0.02}
+
+    def fn(items):
+        gate.wait(10)
+        time.sleep(per_item["s"] * len(items))
+        return list(items)
+
+    async def main():
+        shed = []
+        b = MicroBatcher(fn, max_batch=4, max_wait_ms=0, max_queue=10_000, max_queue_ms=1000, enabled=False,
+                         on_shed=shed.append)
+        await b.start()
+        gate.set()
+        for _ in range(4):  # the first call is onnxruntime's warm-up and not counted
+            await b.submit(["x"])
+        spi = b.seconds_per_item
+        assert spi is not None and spi >= 0.015
+        gate.clear()
+        per_item["s"] = 0.0
+        running = asyncio.create_task(b.submit(["a"]))
+        await asyncio.sleep(0.05)
+        big = asyncio.create_task(b.submit(["q"] * 200))  # 200 items × ≥ 15 ms ≥ 3 s of queue ahead
+        await asyncio.sleep(0.05)
+        assert b.estimated_wait() > 1.0
+        t0 = time.monotonic()
+        with pytest.raises(QueueFull) as exc:
+            await b.submit(["late"])
+        assert time.monotonic() - t0 < 0.5  # refused at once, not after the 1 s deadline
+        assert exc.value.reason == "estimate" and exc.value.details["estimated_wait_ms"] > 1000
+        assert shed == ["estimate"]
+        gate.set()
+        await asyncio.gather(running, big, return_exceptions=True)
+        await b.close()
+
+    asyncio.run(main())
+
+
+def test_overloaded_model_refuses_before_parsing_the_body(cls_pred):
+    """Admission runs before the body is read: a broken body to an overloaded model gets 503, not 422 (no JSON
+    parsing, no tokenising for requests that are refused), while other endpoints still answer."""
+    gated = Gated(cls_pred)
+    app = create_app(classifier=gated, settings=ServerSettings(batching="off", max_queue_ms=5000))
+
+    async def scenario():
+        async with app.router.lifespan_context(app):
+            b = app.state.batchers["classifier"]
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+                running = asyncio.create_task(c.post("/v1/classify", json={"texts": ["a"]}))
+                while not gated.entered.is_set():
+                    await asyncio.sleep(0.01)
+                b._seconds_per_item = 10.0  # as if each item took 10 s: the running call alone exceeds 5 s
+                refused = await c.post("/v1/classify", content=b"{not json",
+                                       headers={"content-type": "application/json"})
+                health = await c.get("/healthz")
+                b._seconds_per_item = None
+                gated.gate.set()
+                return refused, health, await running
+
+    refused, health, running = asyncio.run(scenario())
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"]["details"]["reason"] == "estimate"
+    assert refused.headers["retry-after"] == "1"
+    assert health.status_code == 200 and running.status_code == 200
+    assert app.state.metrics.shed_count("classifier", "estimate") == 1
+
+
+def _status_count(metrics: Metrics, endpoint: str, status: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(smp.value for fam in text_string_to_metric_families(metrics.render()) for smp in fam.samples
+               if smp.name == "denki_http_requests_total" and smp.labels.get("endpoint") == endpoint
+               and smp.labels.get("status") == status)
+
+
+def test_client_disconnect_cancels_queued_work(cls_pred):
+    """A client that hangs up while its request waits takes the work with it: the model never sees its texts, the
+    queue is released at once, and the request is counted as 499."""
+    import socket
+
+    import uvicorn
+
+    gated = Gated(cls_pred)
+    app = create_app(classifier=gated, settings=ServerSettings(batching="off", max_queue_ms=30_000))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           timeout_graceful_shutdown=10))
+    th = threading.Thread(target=server.run, daemon=True)
+    th.start()
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(url, 60, th.is_alive, poll_s=0.05)
+    b = app.state.batchers["classifier"]
+    try:
+        result = {}
+        held = threading.Thread(target=lambda: result.setdefault(
+            "r", httpx.post(url + "/v1/classify", json={"texts": ["先に来た"]}, timeout=30)))
+        held.start()
+        assert gated.entered.wait(20)
+        body = json.dumps({"texts": ["去る客", "去る客2"]}, ensure_ascii=False).encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            t_end = time.monotonic() + 20
+            while b.pending < 3 and time.monotonic() < t_end:  # 1 running + 2 queued
+                time.sleep(0.01)
+            assert b.pending == 3
+        t_end = time.monotonic() + 20  # the socket is closed: the queued texts must go
+        while b.pending != 1 and time.monotonic() < t_end:
+            time.sleep(0.01)
+        assert b.pending == 1
+        t_end = time.monotonic() + 20
+        while _status_count(app.state.metrics, "/v1/classify", "499") < 1 and time.monotonic() < t_end:
+            time.sleep(0.01)
+        assert _status_count(app.state.metrics, "/v1/classify", "499") == 1
+        gated.gate.set()
+        held.join(30)
+        assert result["r"].status_code == 200
+        time.sleep(0.2)
+        assert gated.calls == [1]  # the departed client's two texts never reached the model
+        assert b.pending == 0
+    finally:
+        gated.gate.set()
+        server.should_exit = True
+        th.join(20)
+
+
+def test_workers_share_one_port_and_sum_their_metrics(onnx_classifier):
+    """`denki serve --workers 2`: two processes, each with its model, answer on one port; /metrics (from whichever
+    worker answers) counts every request of both (prometheus_client multiprocess mode); SIGTERM stops all."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    port = free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--classifier", str(onnx_classifier),
+                             "--port", str(port), "--workers", "2", "--backend", "fp32", "--log-level", "warning"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, 180, lambda: proc.poll() is None, "denki serve --workers 2", 0.2)
+        pids, t_end = set(), time.monotonic() + 120
+        while len(pids) < 2 and time.monotonic() < t_end:  # a fresh connection each time: either worker accepts
+            r = httpx.get(url + "/readyz", timeout=10)
+            if r.status_code == 200:
+                pids.add(r.json()["pid"])
+            else:
+                time.sleep(0.1)
+        assert len(pids) == 2, f"only worker(s) {pids} answered"
+        models = httpx.get(url + "/v1/models", timeout=10).json()
+        assert models["batching"]["classifier"].startswith("off (auto: CPU with 1 intra-op thread")
+        n = 12
+        for i in range(n):
+            r = httpx.post(url + "/v1/classify", json={"texts": [f"問い合わせ {i}"]}, timeout=30)
+            assert r.status_code == 200, r.text
+        for _ in range(6):  # whichever worker answers the scrape, it reports both workers' requests
+            text = httpx.get(url + "/metrics", timeout=10).text
+            samples = [(smp.name, smp.labels, smp.value) for fam in text_string_to_metric_families(text)
+                       for smp in fam.samples]
+            ok = sum(v for name, lab, v in samples if name == "denki_http_requests_total"
+                     and lab.get("endpoint") == "/v1/classify" and lab.get("status") == "200")
+            assert ok == n, text
+            assert any(name == "denki_queue_items" for name, _, _ in samples)
+            calls = sum(v for name, lab, v in samples if name == "denki_batch_size_items_count")
+            assert calls == n
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+    assert proc.returncode == 0, out[-3000:]
+
+
+def test_a_worker_that_cannot_load_stops_the_server(onnx_classifier):
+    """A failure only a worker sees (a backend the bundle lacks) ends `denki serve --workers 2` with the reason,
+    instead of uvicorn restarting the workers in a loop."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--classifier", str(onnx_classifier), "--port",
+                        str(free_port()), "--workers", "2", "--backend", "o3", "--log-level", "critical"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "a worker could not start" in r.stderr and "o3" in r.stderr
+
+
 # -------------------------------------------------------------------------------------- real server, shutdown
 def test_graceful_shutdown_finishes_in_flight(cls_pred):
     import uvicorn
@@ -335,14 +569,61 @@ def test_cli_help_and_no_torch():
             "from app.cli import build_parser; "
             "a = build_parser().parse_args(['serve', '--classifier', 'X', '--no-batching', '--max-batch', '4']); "
             "assert a.port == 8080 and a.host == '127.0.0.1' and a.no_batching and a.max_batch == 4; "
+            "assert a.workers == 'auto' and a.batching == 'auto' and a.max_queue_ms == 250; "
+            "b = build_parser().parse_args(['serve', '--qa', 'X', '--workers', '3', '--batching', 'on', "
+            "'--max-queue-ms', '100']); "
+            "assert b.workers == 3 and b.batching == 'on' and b.max_queue_ms == 100; "
+            "from app.cmd_serve import _settings; "
+            "assert _settings(a).batching == 'off' and _settings(b).batching == 'on'; "
             "assert 'torch' not in sys.modules, 'serve.http imported torch'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     from app.cli import main
 
     assert main(["serve"]) == 2  # no model: a clear error, not a traceback
+    # several workers: the bundles are checked in the parent, before any worker starts
+    assert main(["serve", "--classifier", "/nonexistent/bundle", "--workers", "2"]) == 2
     with pytest.raises(DenkiError, match="cannot exceed"):
         ServerSettings(max_text_chars=10**9)
+    with pytest.raises(DenkiError, match="larger than max_wait_ms"):
+        ServerSettings(max_wait_ms=300, max_queue_ms=250)
+    with pytest.raises(SystemExit):
+        from app.cli import build_parser
+
+        build_parser().parse_args(["serve", "--workers", "0"])
+
+
+def test_workers_and_threads_defaults():
+    """--workers auto: a worker per core on CPU, one on CUDA; threads divide the cores among the workers."""
+    from app.cmd_serve import resolve_threads, resolve_workers
+
+    assert resolve_workers("auto", "cpu", 2) == 2 and resolve_workers("auto", "cuda", 8) == 1
+    assert resolve_workers(3, "cpu", 2) == 3
+    assert resolve_threads(None, 2, 2) == 1 and resolve_threads(None, 2, 8) == 4 and resolve_threads(None, 4, 2) == 1
+    assert resolve_threads(None, 1, 2) is None  # one worker: onnxruntime's own default, as before
+    assert resolve_threads(3, 2, 2) == 3
+
+
+def test_batching_auto_rule(cls_pred):
+    """auto: off on CPU with one intra-op thread (measured to lose there), on for CUDA and several threads."""
+    assert resolve_batching("auto", "cpu", 1)[0] is False
+    assert "bench-suite" in resolve_batching("auto", "cpu", 1)[1]
+    assert resolve_batching("auto", "cpu", 4)[0] is True
+    assert resolve_batching("auto", "cuda", 1)[0] is True
+    assert resolve_batching("on", "cpu", 1)[0] is True and resolve_batching("off", "cuda", None)[0] is False
+    assert ServerSettings(batching=True).batching == "on" and ServerSettings(batching=False).batching == "off"
+    assert ServerSettings().batching == "auto"
+    with pytest.raises(DenkiError, match="auto, on or off"):
+        ServerSettings(batching="sometimes")
+    from fastapi.testclient import TestClient
+
+    app = create_app(classifier=cls_pred)  # cls_pred: CPU, threads=1
+    assert app.state.batching["classifier"].startswith("off (auto")
+    assert app.state.batchers["classifier"].enabled is False
+    with TestClient(app) as c:
+        m = c.get("/v1/models").json()
+        assert m["batching"]["classifier"].startswith("off (auto") and m["settings"]["batching"] == "auto"
+        assert m["settings"]["max_queue_ms"] == 250
 
 
 # ------------------------------------------------------------------------------------------------ fuzzing

@@ -34,6 +34,13 @@ def test_quickstart_pipeline_end_to_end_and_rerun_skips(tmp_path, capsys):
     for part in ("onnx", "pytorch", "pytorch_random_init", "tfidf_baseline"):
         assert 0.0 <= r[part]["accuracy"] <= 1.0, part
     assert r["deployed"] in ("pretrained", "random-init control")
+    # the deployed router is fused with its TF-IDF model where finetune's --fusion auto shipped that, and is then
+    # served with its lexical part; the summary says which, with the cross-fitted figure that chose it
+    fused = r["fusion"]["shipped"]
+    assert ("TF-IDF fused" in printed) == fused
+    assert (out / "classifier-onnx" / "lexical.safetensors").is_file() == fused
+    if fused:
+        assert r["deployed_macro_f1_estimate"] == r["fusion"]["crossfit_macro_f1"]
     # best effort: a variant that failed its parity gate is left out (and said once in the summary), never fatal
     left_out = {part: [lo["variant"] for lo in s["left_out"][part]] for part in ("classifier", "qa")}
     assert set(s["latency_p50_ms_batch1"]) == {"fp32", "o2", "int8"} - set(left_out["classifier"])

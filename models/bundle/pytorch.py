@@ -26,11 +26,12 @@ def copy_tokenizer(src_dir: str | os.PathLike, dest_dir: str | os.PathLike) -> N
 
 def save_bundle(model, tokenizer_dir: str | os.PathLike, out_dir: str | os.PathLike, kind: str, *,
                 source: dict | None = None, metrics: dict | None = None, extra_files: dict | None = None,
-                submodels: dict | None = None) -> dict:
+                submodels: dict | None = None, write_extra=None) -> dict:
     """Write ``model`` (a transformers PreTrainedModel) as a bundle: built in ``OUT.partial`` then renamed, so
     a crash never leaves a half-written bundle under the final name. ``extra_files`` maps names to JSON objects
     (e.g. ``{"task.json": {...}}``); ``submodels`` maps sub-directory names to further models saved there the
-    same way (an imported ELECTRA generator: ``{"generator": model}``), hashed in the manifest like every file.
+    same way (an imported ELECTRA generator: ``{"generator": model}``), hashed in the manifest like every file;
+    ``write_extra(directory)`` writes any other files (a fused router's lexical model) before the manifest.
     Returns the manifest."""
     from models.io.fileio import atomic_write_json, replace_dir
 
@@ -45,6 +46,8 @@ def save_bundle(model, tokenizer_dir: str | os.PathLike, out_dir: str | os.PathL
     copy_tokenizer(tokenizer_dir, tmp)
     for name, obj in (extra_files or {}).items():
         atomic_write_json(tmp / name, obj)
+    if write_extra is not None:
+        write_extra(tmp)
     manifest = write_manifest(tmp, kind, source=source, metrics=metrics)
     replace_dir(tmp, out)
     return manifest

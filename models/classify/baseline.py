@@ -1,5 +1,6 @@
 """The plain baseline a user would try first: TF-IDF over character 1–3-grams + logistic regression
-(scikit-learn), trained on the same train split and scored on the same dev split as the fine-tuned model."""
+(scikit-learn), trained on the same train split and scored on the same dev split as the fine-tuned model. The
+fitted model is also the lexical half of the fused router (:mod:`models.classify.lexical`, :mod:`.fusion`)."""
 from __future__ import annotations
 
 import time
@@ -14,9 +15,12 @@ def _nfkc(text: str) -> str:
 
 
 def tfidf_baseline(train_texts: list[str], train_gold: np.ndarray, dev_texts: list[str], dev_gold: np.ndarray,
-                   labels: list[str], *, C: float = 10.0, max_features: int = 300_000, seed: int = 0) -> dict:
+                   labels: list[str], *, C: float = 10.0, max_features: int = 300_000, seed: int = 0,
+                   keep_model: bool = False) -> dict:
     """Fit TF-IDF (char 1–3-grams, sublinear tf) + multinomial logistic regression; return dev metrics
-    (``classification_metrics`` plus ``ece``, ``coverage_curve``) and ``train_seconds``.
+    (``classification_metrics`` plus ``ece``, ``coverage_curve``) and ``train_seconds``. With ``keep_model``
+    also ``"model"``: the fit as a :class:`models.classify.lexical.LexicalModel` (numpy), and ``"dev_probs"``
+    ``(n_dev, K)`` (scikit-learn's, for the parity check of the numpy copy); the caller pops both before JSON.
 
     ``C=10``: character n-gram features are many and sparse; light regularisation is the usual first choice."""
     from sklearn.feature_extraction.text import TfidfVectorizer
@@ -41,4 +45,9 @@ def tfidf_baseline(train_texts: list[str], train_gold: np.ndarray, dev_texts: li
     out["train_seconds"] = train_seconds
     out["settings"] = {"analyzer": "char", "ngram_range": [1, 3], "sublinear_tf": True, "C": C,
                        "max_features": max_features, "features": int(x_train.shape[1])}
+    if keep_model:
+        from models.classify.lexical import LexicalModel
+
+        out["model"] = LexicalModel.from_sklearn(vec, clf, len(labels))
+        out["dev_probs"] = probs
     return out

@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from models.bundle.format import resolve_bundle
+from models.classify.fusion import choose_fusion, fuse
 from models.classify.predict import autocast, collate, encode_texts, length_batches, predict_logits
 from models.io.errors import DenkiError
 from models.training.defaults import default_layer_decay, default_lr  # by encoder width, shared with QA
@@ -221,14 +222,64 @@ def _bundle_labels(bundle: str) -> list[str] | None:
     return read_task(bundle).get("labels")
 
 
+FUSION_CHOICES = ("auto", "on", "off")
+
+
+def _save_dev_logits(out: Path, runs: list[dict], lex_logits: np.ndarray | None, gold: np.ndarray) -> None:
+    """``OUT/dev_logits.npz``: every seed's encoder dev logits ``(n_dev, K)`` (``seed_<s>``), the TF-IDF model's
+    (``lexical``) and the gold indices — so a fusion or calibration rule can be studied again without retraining."""
+    import io
+
+    from models.io.fileio import atomic_write_bytes
+
+    arrays = {f"seed_{r['seed']}": np.asarray(r["dev_logits"], dtype=np.float32) for r in runs}
+    if lex_logits is not None:
+        arrays["lexical"] = np.asarray(lex_logits, dtype=np.float32)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, gold=np.asarray(gold), **arrays)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / "dev_logits.npz", buf.getvalue())
+
+
+def _choose_fusion(mode: str, runs: list[dict], enc_logits: np.ndarray, lex_logits: np.ndarray | None,
+                   gold: np.ndarray, labels: list[str]) -> dict | None:
+    """The fusion section of the report (None without a TF-IDF model or with ``--fusion off``): the setting
+    chosen on dev for the kept seed's logits, its cross-fitted estimate, every seed's cross-fitted fused macro-F1
+    beside its encoder's, and ``shipped``: ``auto`` ships it when the cross-fitted fused macro-F1 beats the
+    encoder alone (and the chosen weight leaves the encoder < 1)."""
+    if lex_logits is None or mode == "off":
+        return None
+    choice = choose_fusion(enc_logits, lex_logits, gold, labels)
+    per_seed = []
+    for r in runs:
+        c = choose_fusion(r["dev_logits"].astype(np.float64), lex_logits, gold, labels)
+        per_seed.append({"seed": r["seed"], "encoder_macro_f1": c["encoder_macro_f1"],
+                         "fused_crossfit_macro_f1": c["crossfit"]["macro_f1"], "mode": c["mode"],
+                         "weight": c["weight"]})
+    wins = choice["weight"] < 1.0 and choice["crossfit"]["macro_f1"] > choice["encoder_macro_f1"]
+    shipped = mode == "on" or (mode == "auto" and wins)
+    fused = [p["fused_crossfit_macro_f1"] for p in per_seed]
+    print(f"fusion with TF-IDF: {choice['mode']} at encoder weight {choice['weight']:.1f}; cross-fitted dev "
+          f"macro-F1 {choice['crossfit']['macro_f1']:.4f} vs encoder {choice['encoder_macro_f1']:.4f}, TF-IDF "
+          f"{choice['lexical_macro_f1']:.4f} → {'fused router shipped' if shipped else 'encoder alone shipped'}"
+          f" (--fusion {mode})", flush=True)
+    return {**choice, "requested": mode, "shipped": bool(shipped), "wins_on_dev": bool(wins),
+            "per_seed": per_seed, "fused_crossfit_median": float(np.median(fused)),
+            "fused_crossfit_min": float(min(fused)), "fused_crossfit_max": float(max(fused))}
+
+
 def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None = None,
              init_random: str | None = None, tokenizer_dir: str | None = None, text_field: str = "text",
              label_field: str = "label", cfg: FinetuneConfig | None = None,
              target_precision: float | None = None, target_coverage: float | None = None,
              min_recall: dict[str, float] | None = None, skip_empty: bool = False,
-             max_train_examples: int | None = None, baseline: bool = True, command: str | None = None) -> dict:
+             max_train_examples: int | None = None, baseline: bool = True, fusion: str = "auto",
+             command: str | None = None) -> dict:
     """Run ``denki finetune classify``; returns the report dict. Writes ``OUT/bundle`` (kind ``classifier``),
-    ``OUT/report.json``, ``OUT/report.md`` and the PNGs."""
+    ``OUT/report.json``, ``OUT/report.md`` and the PNGs.
+
+    ``fusion``: ``auto`` ships the encoder fused with the TF-IDF model (:mod:`models.classify.fusion`) when the
+    fused router's cross-fitted dev macro-F1 beats the encoder's alone, ``on`` always, ``off`` never."""
     from models.bundle.format import check_model_source, command_line, read_manifest
     from models.classify.calibration import choose_threshold, fit_min_recall_offsets, fit_temperature, offsets_cost
     from models.classify.evaluate import evaluate_logits, label_indices
@@ -247,6 +298,10 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
             raise DenkiError(f"{name} must be in (0, 1], got {v}")
     if not cfg.seeds:
         raise DenkiError("--seeds must be at least 1")
+    if fusion not in FUSION_CHOICES:
+        raise DenkiError(f"--fusion {fusion!r}: choose one of {', '.join(FUSION_CHOICES)}")
+    if fusion == "on" and not baseline:
+        raise DenkiError("--fusion on needs the TF-IDF model: drop --no-baseline")
     if cfg.epochs is not None and cfg.epochs < 0:
         raise DenkiError("--epochs must be ≥ 0")
     if cfg.patience is not None and cfg.patience < 1:
@@ -319,7 +374,21 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
               f"(best epoch {r['best_epoch']}/{r['epochs_run']}, {r['seconds']:.0f}s)", flush=True)
     k = median_index([r["macro_f1"] for r in runs])
     chosen = runs[k]
-    dev_logits = chosen["dev_logits"].astype(np.float64)
+    enc_logits = chosen["dev_logits"].astype(np.float64)
+
+    # the TF-IDF model (the baseline beside every report, and the lexical half of a fused router)
+    base, lexical, lex_logits, lex_probs = None, None, None, None
+    if baseline:
+        from models.classify.baseline import tfidf_baseline
+
+        print("TF-IDF baseline …", flush=True)
+        base = tfidf_baseline(train.texts, train_gold, dev.texts, dev_gold, labels, keep_model=True)
+        lexical, lex_probs = base.pop("model"), base.pop("dev_probs")
+        lex_logits = lexical.logits(dev.texts)
+    _save_dev_logits(out, runs, lex_logits, dev_gold)
+    fusion_report = _choose_fusion(fusion, runs, enc_logits, lex_logits, dev_gold, labels)
+    ship = fusion_report is not None and fusion_report["shipped"]
+    dev_logits = fuse(enc_logits, lex_logits, fusion_report["mode"], fusion_report["weight"]) if ship else enc_logits
 
     # routing rule, fitted on dev (see models.classify.calibration for the order)
     temperature = fit_temperature(dev_logits, dev_gold)
@@ -347,6 +416,14 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
         "decision_rule": "label = argmax(logits + offsets); scores = softmax(logits / temperature); "
                          "score = scores[label]; route = human_label if score < threshold else label",
     }
+    if ship:
+        from models.classify.lexical import LEXICAL_FILE, LEXICAL_VOCAB
+
+        task["fusion"] = {"mode": fusion_report["mode"], "weight": fusion_report["weight"],
+                          "lexical": LEXICAL_FILE, "lexical_vocab": LEXICAL_VOCAB,
+                          "crossfit_macro_f1": fusion_report["crossfit"]["macro_f1"],
+                          "rule": "logits = fuse(encoder logits, lexical logits) (models/classify/fusion.py); "
+                                  "the decision rule applies to them"}
     dev_eval = evaluate_logits(dev_logits, dev_gold, task, curves=True)
 
     # rebuild the chosen model and save it as a classifier bundle
@@ -361,6 +438,8 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
               "texts": [dev.texts[i] for i in sample], "labels": [dev.labels[i] for i in sample],
               "logits": [[float(v) for v in row] for row in ref],
               "note": "fp32 CPU PyTorch logits of the saved model at this max_length; for ONNX parity checks"}
+    if ship:  # scikit-learn's own probabilities: the export's gate checks the bundle's numpy copy against them
+        parity["lexical_probs"] = [[float(v) for v in lex_probs[i]] for i in sample]
     device_name = str(pick_device(cfg.device))
     source = {
         "command": command or command_line(),
@@ -377,19 +456,14 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
 
     out.mkdir(parents=True, exist_ok=True)
     save_bundle(net, tokenizer_dir, out / "bundle", "classifier", source=source, metrics=bundle_metrics,
-                extra_files={"task.json": task, "parity_sample.json": parity})
+                extra_files={"task.json": task, "parity_sample.json": parity},
+                write_extra=lexical.save if ship else None)
     if train.skipped or dev.skipped:
         import json
 
         rows = [{"file": train.path, **s} for s in train.skipped] + [{"file": dev.path, **s} for s in dev.skipped]
         atomic_write_text(out / "skipped_rows.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
-    base = None
-    if baseline:
-        from models.classify.baseline import tfidf_baseline
-
-        print("TF-IDF baseline …", flush=True)
-        base = tfidf_baseline(train.texts, train_gold, dev.texts, dev_gold, labels)
 
     seeds_f1 = [r["macro_f1"] for r in runs]
     seeds_acc = [r["accuracy"] for r in runs]
@@ -416,6 +490,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
         "task": task,
         "min_recall_cost": offsets_cost(dev_logits, dev_gold, offsets, labels) if min_recall else None,
         "baseline": base,
+        "fusion": fusion_report,
         "pretrained_health_warning": health_warning,
         "training_seconds": float(sum(r["seconds"] for r in runs)),
         "total_seconds": float(time.perf_counter() - t_start),

@@ -90,7 +90,8 @@ def predict_logits(model, ids: list[np.ndarray], *, pad_id: int = 0, batch_size:
 
 # ----------------------------------------------------------------------------------------------- evaluation
 def torch_logits_fn(bundle_dir: Path, *, device: str = "auto", batch_size: int = 128, progress: bool = True):
-    """``texts → logits (n, K)`` with the bundle's PyTorch model (tokenised with the bundle's tokenizer)."""
+    """``texts → logits (n, K)`` with the bundle's PyTorch model (tokenised with the bundle's tokenizer); for a
+    fused router (``task.json`` ``fusion``) the fused logits, as the ONNX runtime gives them."""
     from transformers import AutoModelForSequenceClassification  # ELECTRA or BERT, as config.json says
 
     from models.bundle.format import read_task
@@ -102,11 +103,19 @@ def torch_logits_fn(bundle_dir: Path, *, device: str = "auto", batch_size: int =
     dev = pick_device(device)
     net = load_model(bundle_dir, AutoModelForSequenceClassification, kinds=("classifier",)).to(dev)
     tok = JapaneseTokenizer.load(bundle_dir)
+    lexical = None
+    if task.get("fusion"):
+        from models.classify.lexical import LexicalModel
+
+        lexical = LexicalModel.load(bundle_dir)
 
     def fn(texts: list[str]) -> np.ndarray:
+        from models.classify.fusion import fused_logits
+
         ids, _ = encode_texts(tok, texts, int(task.get("max_length", 128)), progress=progress)
         # fp32 even on CUDA: evaluation should match the ONNX fp32 path, and inference is cheap
-        return predict_logits(net, ids, pad_id=tok.pad_id, batch_size=batch_size, device=dev, bf16=False,
-                              progress=progress)
+        enc = predict_logits(net, ids, pad_id=tok.pad_id, batch_size=batch_size, device=dev, bf16=False,
+                             progress=progress)
+        return fused_logits(task, enc, lexical.logits(texts) if lexical is not None else None)
 
     return fn

@@ -11,10 +11,19 @@ def _f(x, nd: int = 3) -> str:
 
 
 def verdict(report: dict) -> str:
-    """One honest sentence comparing the fine-tuned model with the TF-IDF baseline on dev macro-F1."""
+    """One honest sentence comparing the deployed router with the TF-IDF baseline on dev macro-F1 (a fused
+    router by its cross-fitted figure: its fusion weight was not tuned on the rows that score it)."""
     base = report.get("baseline")
     if not base:
         return "No baseline was run (--no-baseline)."
+    fusion = report.get("fusion") or {}
+    if fusion.get("shipped"):
+        ours, theirs = fusion["crossfit"]["macro_f1"], base["macro_f1"]
+        enc = fusion["encoder_macro_f1"]
+        rel = "beats" if ours > theirs + 0.005 else "is level with" if ours >= theirs - 0.005 else "trails"
+        return (f"Deployed: **the encoder fused with the TF-IDF model** ({fusion['mode']}, encoder weight "
+                f"{fusion['weight']:.1f}); cross-fitted dev macro-F1 {_f(ours)} vs the encoder alone {_f(enc)} and "
+                f"TF-IDF alone {_f(theirs)}: it {rel} the baseline.")
     ours, theirs = report["dev"]["macro_f1"], base["macro_f1"]
     spread = report["seed_summary"]["macro_f1_max"] - report["seed_summary"]["macro_f1_min"]
     diff = ours - theirs
@@ -22,9 +31,30 @@ def verdict(report: dict) -> str:
         return (f"The fine-tuned model and the TF-IDF baseline are level on dev macro-F1 ({_f(ours)} vs "
                 f"{_f(theirs)}; seed spread {_f(spread)}).")
     if diff < 0:
+        hint = ("fine-tune with --fusion auto (the default) to deploy them fused" if fusion.get("requested") is None
+                else "fusion did not beat the encoder on cross-fitted dev")
         return (f"**The TF-IDF + logistic-regression baseline wins** on dev macro-F1 by {diff * -100:.1f} points "
-                f"({_f(theirs)} vs {_f(ours)}). Use the baseline, or a better-pretrained / larger encoder.")
+                f"({_f(theirs)} vs {_f(ours)}); {hint}.")
     return f"The fine-tuned model beats the TF-IDF baseline on dev macro-F1 by {diff * 100:.1f} points ({_f(ours)} vs {_f(theirs)})."
+
+
+def _fusion_lines(r: dict) -> list[str]:
+    f = r.get("fusion")
+    if not f:
+        return []
+    seeds = ", ".join(f"seed {p['seed']}: {_f(p['encoder_macro_f1'])} → {_f(p['fused_crossfit_macro_f1'])}"
+                      for p in f["per_seed"])
+    return ["## Fusion with the TF-IDF model (dev macro-F1)", "",
+            "| encoder alone (kept seed) | TF-IDF alone | fused, cross-fitted | fused, setting chosen on all dev |",
+            "|---:|---:|---:|---:|",
+            f"| {_f(f['encoder_macro_f1'])} | {_f(f['lexical_macro_f1'])} | {_f(f['crossfit']['macro_f1'])} | "
+            f"{_f(f['dev_macro_f1'])} |", "",
+            f"Setting: {f['mode']}, encoder weight {f['weight']:.1f} (grid {f['grid']['weights'][0]}–"
+            f"{f['grid']['weights'][-1]} × {', '.join(f['grid']['modes'])}); cross-fitted over "
+            f"{f['crossfit']['folds']} stratified folds of dev (each fold scored with the setting chosen on the "
+            f"others). Every seed, encoder → fused (cross-fitted): {seeds}; fused median "
+            f"{_f(f['fused_crossfit_median'])}. Shipped: **{'the fused router' if f['shipped'] else 'the encoder alone'}**"
+            f" (--fusion {f['requested']}; auto ships it when the cross-fitted fused figure beats the encoder).", ""]
 
 
 def _model_name(m: dict) -> str:
@@ -53,7 +83,8 @@ def _markdown(r: dict) -> str:
              "Dev figures: the dev set also chose the epoch, the median seed, the temperature, the threshold and "
              "the offsets, so they are optimistic; judge on a held-out file with `denki evaluate classify`.", "",
              "## Summary (dev)", "",
-             "| | fine-tuned (median seed) | TF-IDF char 1–3 + LR |", "|---|---:|---:|",
+             f"| | {'fused router' if (r.get('fusion') or {}).get('shipped') else 'fine-tuned'} (median seed) | "
+             "TF-IDF char 1–3 + LR |", "|---|---:|---:|",
              f"| accuracy | {_f(dev['accuracy'])} | {_f(base['accuracy']) if base else '–'} |",
              f"| macro-F1 | {_f(dev['macro_f1'])} | {_f(base['macro_f1']) if base else '–'} |",
              f"| ECE (T=1 → fitted T) | {_f(dev['ece_uncalibrated'])} → {_f(dev['ece'])} | "
@@ -64,6 +95,7 @@ def _markdown(r: dict) -> str:
              f"(min {_f(ss['macro_f1_min'])}, max {_f(ss['macro_f1_max'])}, std {_f(ss['macro_f1_std'])}); "
              f"accuracy median {_f(ss['accuracy_median'])}; kept seed {ss['chosen_seed']}. (Seed figures are the plain "
              "argmax; the table above applies the bundle's rule, i.e. also any --min-recall offsets.)", "",
+             *_fusion_lines(r),
              "## Routing rule (stored in `bundle/task.json`)", "",
              f"`{task['decision_rule']}`", "",
              f"- temperature T = {task['temperature']:.3f}: NLL {_f(dev['nll_uncalibrated'])} → {_f(dev['nll'])}, "

@@ -21,8 +21,10 @@ Steps (all written into ``OUT.partial``, renamed to ``OUT`` only when every gate
    match PyTorch within ``atol`` (max |logit difference|) or the export fails; int8/fp16 report prediction
    agreement and metric drop and must reach ``min_agreement`` / stay within ``max_drop``. A failure stops the
    export (``denki export``), or — with ``best_effort=True`` (the quickstart) — leaves a failing O2/int8/fp16
-   variant out of the bundle and records it under ``metrics.left_out`` (fp32 failing is always an error);
-6. tokenizer files, ``task.json``, golden tokenization vectors (``golden_tokenization.jsonl``) and ``manifest.json``
+   variant out of the bundle and records it under ``metrics.left_out`` (fp32 failing is always an error). A
+   fused router's TF-IDF half (numpy, copied as is) must give scikit-learn's probabilities from fine-tuning
+   within :data:`LEXICAL_ATOL`, or the export fails;
+6. tokenizer files, ``task.json`` (+ a fused router's lexical files), golden tokenization vectors (``golden_tokenization.jsonl``) and ``manifest.json``
    (sha256 of every file, parity figures under ``metrics.parity``).
 
 Torch and optimum are imported inside the functions (importing this module is cheap). The ONNX files are
@@ -320,6 +322,28 @@ def _parity_qa(model, tok, files: dict[str, Path], data: dict, task: dict) -> di
     return res
 
 
+LEXICAL_FILES = ("lexical.safetensors", "lexical_vocab.json")  # a fused router's TF-IDF half (copied as is)
+LEXICAL_ATOL = 1e-4  # probabilities; measured: 1.2e-7 on livedoor titles (float32 tf-idf in scikit-learn)
+
+
+def _lexical_gate(src: Path) -> dict:
+    """A fused router's lexical half: the bundle's numpy TF-IDF model must give the probabilities scikit-learn
+    gave at fine-tuning (``parity_sample.json`` ``lexical_probs``) within :data:`LEXICAL_ATOL`."""
+    from models.classify.decision import softmax
+    from models.classify.lexical import LexicalModel
+
+    sample = json.loads((src / "parity_sample.json").read_text(encoding="utf-8"))
+    if "lexical_probs" not in sample:
+        raise DenkiError(f"{src}: task.json asks for fusion but parity_sample.json has no lexical_probs "
+                         "(fine-tune it again with this denki)")
+    got = softmax(LexicalModel.load(src).logits(sample["texts"]), axis=1)
+    diff = float(np.abs(got - np.asarray(sample["lexical_probs"])).max()) if len(got) else 0.0
+    if not diff <= LEXICAL_ATOL:
+        raise DenkiError(f"parity gate failed, nothing written: the lexical (TF-IDF) model's probabilities differ "
+                         f"from scikit-learn's by {diff:.2e} > {LEXICAL_ATOL:g}")
+    return {"max_abs_diff_probs": diff, "n": len(got), "atol": LEXICAL_ATOL, "passed": True}
+
+
 def _gate(parity: dict, atol: float, min_agreement: float, max_drop: float) -> dict[str, str]:
     """Mark each backend passed/failed; return ``{backend: why}`` for every backend that failed its gate."""
     failed = {}
@@ -468,6 +492,8 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
         parity = (_parity_classifier if kind == "classifier" else _parity_qa)(model, tok, files, data, task)
         parity["atol"], parity["min_agreement"], parity["max_drop"] = atol, min_agreement, max_drop
         failed = _gate(parity, atol, min_agreement, max_drop)
+        if kind == "classifier" and task.get("fusion"):
+            parity["lexical"] = _lexical_gate(src)  # raises when the numpy TF-IDF model drifts from scikit-learn
         done("parity gate")
         left_out = []
         if best_effort and "fp32" not in failed:
@@ -494,7 +520,7 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
         for name in TOKENIZER_FILES:
             if (src / name).is_file():
                 shutil.copyfile(src / name, tmp / name)
-        for name in ("task.json", "parity_sample.json"):
+        for name in ("task.json", "parity_sample.json", *LEXICAL_FILES):
             if (src / name).is_file():
                 shutil.copyfile(src / name, tmp / name)
         (tmp / "golden_tokenization.jsonl").write_text(_golden(tok, kind, data, task), encoding="utf-8")
@@ -537,4 +563,8 @@ def format_parity(parity: dict) -> str:
         verdict = "ok" if r.get("passed") else "FAILED, left out" if r.get("left_out") else "FAILED"
         lines.append(f"  {b:12s} max|Δlogit| {r['max_abs_diff']:.2e}, agreement {r['agreement']:.3f}{extra}"
                      f"  → {verdict}")
+    lex = parity.get("lexical")
+    if lex:
+        lines.append(f"  {'TF-IDF part':12s} max|Δprob| {lex['max_abs_diff_probs']:.2e} vs scikit-learn "
+                     f"({lex['n']} texts)  → ok")
     return "\n".join(lines)
