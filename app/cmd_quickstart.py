@@ -324,12 +324,16 @@ def _deployable_f1(report: dict) -> float:
     """A router's dev macro-F1 as deployed: a fused router's cross-fitted figure (its fusion weight was chosen on
     other rows), else the encoder's median seed."""
     fu = report.get("fusion") or {}
-    return fu["crossfit"]["macro_f1"] if fu.get("shipped") else report["seed_summary"]["macro_f1_median"]
+    if fu.get("shipped"):
+        return fu["crossfit"]["macro_f1"]
+    # reports before seed summaries existed carry the kept model's dev figures only
+    return (report.get("seed_summary") or {}).get("macro_f1_median", report["dev"]["macro_f1"])
 
 
 def _encoder_alone(report: dict) -> dict:
-    ss = report.get("seed_summary", {})
-    return {"accuracy": ss.get("accuracy_median"), "macro_f1": ss.get("macro_f1_median")}
+    ss, dev = report.get("seed_summary") or {}, report.get("dev") or {}
+    return {"accuracy": ss.get("accuracy_median", dev.get("accuracy")),
+            "macro_f1": ss.get("macro_f1_median", dev.get("macro_f1"))}
 
 
 def _fusion_summary(report: dict) -> dict:

@@ -86,7 +86,7 @@ def main() -> None:
     r50 = statistics.median(one["fused"]) / statistics.median(one["encoder"])
     rt = sum(many["encoder"]) / sum(many["fused"])
     print(f"fused / encoder: batch-1 p50 {r50:.2f}× · batch-{args.batch} throughput {rt:.2f}×")
-    print(f"lexical model in memory: {after - before:+.1f} MiB RSS ({len(extra.vocab):,} n-grams, "
+    print(f"lexical model in memory: {after - before:+.1f} MiB RSS ({len(extra._codes):,} n-grams, "
           f"{extra.n_labels} labels)")
     sizes = {f.name: f.stat().st_size for f in sorted(Path(fused.dir).iterdir()) if f.is_file()}
     lex = sum(v for k, v in sizes.items() if k.startswith("lexical"))

@@ -108,6 +108,8 @@ def test_packed_lookup_equals_the_plain_dictionary_one():
     texts = ["𠮷野家の😀ｶﾀｶﾅ  と\n\n改行", "abcabc", "ＡＢＣ　漢字", "x", ""]
     grams = sorted({g for t in texts[:3] for g in char_ngrams(t)})
     model = LexicalModel(grams, np.ones(len(grams)), np.zeros((len(grams), 2)), np.zeros(2))
+    vocab = model.vocab
+    assert model.ngrams == grams  # the strings come back from the packed codes
     for t in texts + ["未知の文字列だけ", "𠮷"]:
-        want = sorted(model.vocab[g] for g in char_ngrams(t) if g in model.vocab)
+        want = sorted(vocab[g] for g in char_ngrams(t) if g in vocab)
         assert sorted(model._feature_hits(t).tolist()) == want, t

@@ -32,7 +32,7 @@ LEXICAL_VOCAB = "lexical_vocab.json"
 #: a class the logistic regression never saw in training gets this logit (probability ~0, as in the baseline)
 ABSENT_LOGIT = -1e4
 _WHITE_SPACES = re.compile(r"\s\s+")  # scikit-learn's char analyzer folds runs of 2+ whitespace into one space
-_BITS = 21  # bits per code point when an n-gram is packed into one integer (max code point 0x10FFFF < 2**21)
+_BITS = 21  # bits per code point (+ 1) when an n-gram is packed into one integer (0x10FFFF + 1 < 2**21)
 
 
 def char_ngrams(text: str, ngram_range: tuple[int, int] = (1, 3)) -> list[str]:
@@ -51,40 +51,71 @@ class LexicalModel:
 
     def __init__(self, ngrams: Sequence[str], idf: np.ndarray, coef: np.ndarray, intercept: np.ndarray, *,
                  ngram_range: tuple[int, int] = (1, 3), sublinear_tf: bool = True):
-        self.vocab = {g: i for i, g in enumerate(ngrams)}
-        self.idf = np.asarray(idf, dtype=np.float32)
-        self.coef = np.ascontiguousarray(coef, dtype=np.float32)
+        idf = np.asarray(idf, dtype=np.float32)
+        coef = np.asarray(coef, dtype=np.float32)
         self.intercept = np.asarray(intercept, dtype=np.float32)
         self.ngram_range = (int(ngram_range[0]), int(ngram_range[1]))
         self.sublinear_tf = bool(sublinear_tf)
-        f, k = self.coef.shape
-        if self.idf.shape != (f,) or self.intercept.shape != (k,) or len(self.vocab) != f:
-            raise DenkiError(f"lexical model: {len(self.vocab)} n-grams, idf {self.idf.shape}, coef {self.coef.shape}, "
+        f, k = coef.shape
+        if idf.shape != (f,) or self.intercept.shape != (k,) or len(ngrams) != f:
+            raise DenkiError(f"lexical model: {len(ngrams)} n-grams, idf {idf.shape}, coef {coef.shape}, "
                              f"intercept {self.intercept.shape} do not fit together")
-        self._index_codes()
+        self._index_codes(ngrams, idf, coef)
 
-    def _index_codes(self) -> None:
-        """Each n-gram as one integer — its code points packed 21 bits apiece (Unicode ends below 2**21, so three
-        fit in an int64) — sorted per length, so a text's n-grams are looked up with ``np.searchsorted`` in a few
-        vectorised calls instead of one dict probe per n-gram (a dict probe per n-gram cost more than the int8
-        encoder itself on a 34-character title)."""
-        by_n: dict[int, tuple[list[int], list[int]]] = {}
-        for g, i in self.vocab.items():
+    def _index_codes(self, ngrams: Sequence[str], idf: np.ndarray, coef: np.ndarray) -> None:
+        """Each n-gram as one integer — its code points + 1 packed 21 bits apiece (Unicode ends below 2**21 − 1, so
+        three fit in an int64, and the + 1 keeps n-grams of different lengths apart) — in one sorted table, with the
+        ``idf`` and ``coef`` rows in the same order: a text's n-grams are then found with one ``np.searchsorted``
+        and their rows read directly (a dict probe per n-gram cost more than the int8 encoder itself on a
+        34-character title). Only these arrays are kept: the strings come back from the codes when needed."""
+        codes = np.empty(len(ngrams), dtype=np.int64)
+        for i, g in enumerate(ngrams):
             code = 0
             for ch in g:
-                code = (code << _BITS) | ord(ch)
-            codes, feats = by_n.setdefault(len(g), ([], []))
-            codes.append(code)
-            feats.append(i)
-        self._codes, self._feats = {}, {}
-        for n, (codes, feats) in by_n.items():
-            c = np.asarray(codes, dtype=np.int64)
-            order = np.argsort(c, kind="stable")
-            self._codes[n], self._feats[n] = c[order], np.asarray(feats, dtype=np.int64)[order]
+                code = (code << _BITS) | (ord(ch) + 1)
+            codes[i] = code
+        order = np.argsort(codes, kind="stable")
+        self._codes = codes[order]
+        self._order = order  # sorted position → feature index
+        self._idf_sorted = np.ascontiguousarray(idf[order])
+        self._coef_sorted = np.ascontiguousarray(coef[order])
+
+    @staticmethod
+    def _decode(code: int) -> str:
+        chars = []
+        while code:
+            chars.append(chr((code & ((1 << _BITS) - 1)) - 1))
+            code >>= _BITS
+        return "".join(reversed(chars))
+
+    @property
+    def ngrams(self) -> list[str]:
+        """The n-grams in feature order."""
+        out = [""] * len(self._codes)
+        for pos, i in enumerate(self._order):
+            out[i] = self._decode(int(self._codes[pos]))
+        return out
+
+    @property
+    def vocab(self) -> dict[str, int]:
+        """n-gram → feature index (built on demand; prediction does not use it)."""
+        return {g: i for i, g in enumerate(self.ngrams)}
+
+    @property
+    def idf(self) -> np.ndarray:
+        out = np.empty_like(self._idf_sorted)
+        out[self._order] = self._idf_sorted
+        return out
+
+    @property
+    def coef(self) -> np.ndarray:
+        out = np.empty_like(self._coef_sorted)
+        out[self._order] = self._coef_sorted
+        return out
 
     @property
     def n_labels(self) -> int:
-        return int(self.coef.shape[1])
+        return int(self._coef_sorted.shape[1])
 
     @classmethod
     def from_sklearn(cls, vectorizer, classifier, n_labels: int) -> LexicalModel:
@@ -113,9 +144,7 @@ class LexicalModel:
         from safetensors.numpy import save_file
 
         d = Path(directory)
-        ngrams = [None] * len(self.vocab)
-        for g, i in self.vocab.items():
-            ngrams[i] = g
+        ngrams = self.ngrams
         save_file({"idf": self.idf, "coef": self.coef, "intercept": self.intercept}, str(d / LEXICAL_FILE))
         (d / LEXICAL_VOCAB).write_text(json.dumps({
             "ngrams": ngrams, "ngram_range": list(self.ngram_range), "sublinear_tf": self.sublinear_tf,
@@ -139,37 +168,45 @@ class LexicalModel:
                    ngram_range=tuple(meta.get("ngram_range", (1, 3))), sublinear_tf=meta.get("sublinear_tf", True))
 
     # -------------------------------------------------------------- predict
+    def _tfidf(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(positions in the sorted table (m,), l2-normalised weights (m,) float32)`` of one text."""
+        pos = self._hits(text)
+        if not len(pos):
+            return pos, np.zeros(0, dtype=np.float32)
+        pos, tf = np.unique(pos, return_counts=True)
+        w = (np.log(tf, dtype=np.float32) + 1.0 if self.sublinear_tf else tf.astype(np.float32)) * self._idf_sorted[pos]
+        return pos, w / np.sqrt(np.dot(w, w))
+
     def features(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """One text's TF-IDF row as ``(feature indices (m,), l2-normalised weights (m,) float32)``."""
-        idx = self._feature_hits(text)
-        if not len(idx):
-            return idx, np.zeros(0, dtype=np.float32)
-        idx, tf = np.unique(idx, return_counts=True)
-        w = (np.log(tf, dtype=np.float32) + 1.0 if self.sublinear_tf else tf.astype(np.float32)) * self.idf[idx]
-        return idx, w / np.sqrt(np.dot(w, w))
+        pos, w = self._tfidf(text)
+        return self._order[pos], w
+
+    def _hits(self, text: str) -> np.ndarray:
+        """Sorted-table position of every n-gram of ``text`` in the vocabulary (repeats kept: they are the counts)."""
+        doc = _WHITE_SPACES.sub(" ", unicodedata.normalize("NFKC", text))
+        cp = np.frombuffer(doc.encode("utf-32-le"), dtype=np.uint32).astype(np.int64) + 1  # code points + 1 (L,)
+        lo, hi = self.ngram_range
+        grams, code = [], cp
+        for n in range(1, min(hi, len(cp)) + 1):
+            if n > 1:  # the n-gram starting at each position, packed as _index_codes packed the vocabulary
+                code = (code[:-1] << _BITS) | cp[n - 1:]
+            if n >= lo:
+                grams.append(code)
+        if not grams or not len(self._codes):
+            return np.zeros(0, dtype=np.int64)
+        allg = np.concatenate(grams) if len(grams) > 1 else grams[0]
+        pos = np.minimum(np.searchsorted(self._codes, allg), len(self._codes) - 1)
+        return pos[self._codes[pos] == allg]
 
     def _feature_hits(self, text: str) -> np.ndarray:
-        """Feature index of every n-gram of ``text`` in the vocabulary (repeats kept: they are the counts)."""
-        doc = _WHITE_SPACES.sub(" ", unicodedata.normalize("NFKC", text))
-        cp = np.frombuffer(doc.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)  # code points (L,)
-        length = len(cp)
-        hits = []
-        lo, hi = self.ngram_range
-        for n in range(lo, min(hi, length) + 1):
-            table = self._codes.get(n)
-            if table is None or not len(table):
-                continue
-            code = cp[:length - n + 1]
-            for k in range(1, n):  # pack the n-gram starting at each position, as _index_codes packed the vocabulary
-                code = (code << _BITS) | cp[k:length - n + 1 + k]
-            pos = np.minimum(np.searchsorted(table, code), len(table) - 1)
-            hits.append(self._feats[n][pos[table[pos] == code]])
-        return np.concatenate(hits) if hits else np.zeros(0, dtype=np.int64)
+        """Feature index of every n-gram of ``text`` in the vocabulary (repeats kept)."""
+        return self._order[self._hits(text)]
 
     def logits(self, texts: Sequence[str]) -> np.ndarray:
         """``(n, K)`` float64 logits; ``softmax`` of a row = the logistic regression's ``predict_proba``."""
         out = np.empty((len(texts), self.n_labels), dtype=np.float64)
         for r, t in enumerate(texts):
-            idx, w = self.features(t)
-            out[r] = self.intercept + (w @ self.coef[idx] if len(idx) else 0.0)
+            pos, w = self._tfidf(t)
+            out[r] = self.intercept + (w @ self._coef_sorted[pos] if len(pos) else 0.0)
         return out
