@@ -96,7 +96,9 @@ def test_demo_in_browser(demo_url, onnx_classifier, onnx_qa, tmp_path):
             page = browser.new_page(viewport={"width": 1200, "height": 1400})
             page_errors: list[str] = []  # uncaught errors in the page's scripts (a broken component shows none)
             page.on("pageerror", lambda e: page_errors.append(str(e)))
-            page.goto(demo_url, wait_until="domcontentloaded")  # Gradio keeps a stream open: no "networkidle"
+            # Gradio keeps a stream open: no "networkidle"; a loaded machine (two test suites, Chromium) can take
+            # more than the default 30 s to serve the first page
+            page.goto(demo_url, wait_until="domcontentloaded", timeout=120_000)
             page.locator("#route-input textarea").wait_for(timeout=60_000)
             # the routing tab's examples show their texts, one readable entry each
             shown = page.locator("#route-examples").locator(EXAMPLE_ROWS)
@@ -183,9 +185,10 @@ def test_demo_answers_from_the_shipped_qa_checkpoint(onnx_classifier, tmp_path_f
                                      args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 1400})
-            page.goto(url, wait_until="domcontentloaded")
+            page.goto(url, wait_until="domcontentloaded", timeout=120_000)
             page.locator("#route-input textarea").wait_for(timeout=60_000)
             page.get_by_role("tab", name="回答抽出").click()
+            page.locator("#qa-question textarea").wait_for(timeout=60_000)
             out = page.locator("#qa-output")
             for _ in range(3):  # see test_demo_in_browser: a fill before Gradio listens can be lost
                 page.locator("#qa-question textarea").fill(GODZILLA_QUESTION)
