@@ -79,7 +79,7 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[k]
 
 
-def _cpus(spec: str | None) -> set[int] | None:
+def cpus(spec: str | None) -> set[int] | None:
     """``"0"`` / ``"0,1"`` / ``"0-3"`` → a CPU set (None = not pinned)."""
     if not spec:
         return None
@@ -150,7 +150,7 @@ def run_mode(args, mode: str, texts: list[str]) -> dict:
         cmd += ["--threads", str(args.threads)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", ORT_DISABLE_TELEMETRY="1",
                TOKENIZERS_PARALLELISM="false")
-    server_cpus = _cpus(args.server_cpus)
+    server_cpus = cpus(args.server_cpus)
     proc = subprocess.Popen(cmd, cwd=REPO, env=env,
                             preexec_fn=(lambda: os.sched_setaffinity(0, server_cpus)) if server_cpus else None)
     try:
@@ -285,7 +285,7 @@ def main() -> None:
     if not (1 <= args.clients <= 256 and 1 <= args.requests <= 100_000 and 1 <= args.rounds <= 20):
         raise SystemExit("--clients 1..256, --requests 1..100000, --rounds 1..20")
     if args.client_cpus:
-        os.sched_setaffinity(0, _cpus(args.client_cpus))
+        os.sched_setaffinity(0, cpus(args.client_cpus))
     texts = _texts(args.data, args.text_field, 2000)
     res = []
     for rnd in range(1, args.rounds + 1):

@@ -38,6 +38,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench.http_load import cpus  # noqa: E402  ("0", "0,1", "0-3" → a CPU set; one parser for both benches)
+
 HOST = "127.0.0.1"  # loopback only, by design
 LOADGEN_SRC = REPO / "bench" / "loadgen.c"
 CLASSES = ("classify", "badjson", "toolong", "qa")  # class ids in the requests file = positions here
@@ -131,17 +134,6 @@ def build_requests_file(args, out: Path) -> Path:
 
 
 # --------------------------------------------------------------------------------------------- processes, pins
-def cpus(spec: str | None) -> set[int] | None:
-    """``"0"`` / ``"0,1"`` / ``"0-3"`` → a CPU set (None = not pinned)."""
-    if not spec:
-        return None
-    out: set[int] = set()
-    for part in spec.split(","):
-        a, _, b = part.partition("-")
-        out |= set(range(int(a), int(b or a) + 1))
-    return out
-
-
 def _pinned(cpuset: set[int] | None):
     return (lambda: os.sched_setaffinity(0, cpuset)) if cpuset else None
 

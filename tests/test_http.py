@@ -269,6 +269,21 @@ def test_backpressure_503_with_retry_after(cls_pred):
     assert [r.status_code for r in held] == [200, 200]
 
 
+def _serve_in_thread(app):
+    """Run ``app`` under uvicorn in a daemon thread on a free loopback port, once ready → ``(server, thread, port,
+    url)``; the test stops it with ``server.should_exit = True``."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           timeout_graceful_shutdown=10))
+    th = threading.Thread(target=server.run, daemon=True)
+    th.start()
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(url, 60, th.is_alive, poll_s=0.05)
+    return server, th, port, url
+
+
 def test_microbatcher_units():
     calls = []
 
@@ -425,17 +440,9 @@ def test_client_disconnect_cancels_queued_work(cls_pred):
     queue is released at once, and the request is counted as 499."""
     import socket
 
-    import uvicorn
-
     gated = Gated(cls_pred)
     app = create_app(classifier=gated, settings=ServerSettings(batching="off", max_queue_ms=30_000))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=10))
-    th = threading.Thread(target=server.run, daemon=True)
-    th.start()
-    url = f"http://127.0.0.1:{port}"
-    wait_ready(url, 60, th.is_alive, poll_s=0.05)
+    server, th, port, url = _serve_in_thread(app)
     b = app.state.batchers["classifier"]
     try:
         result = {}
@@ -532,17 +539,9 @@ def test_a_worker_that_cannot_load_stops_the_server(onnx_classifier):
 
 # -------------------------------------------------------------------------------------- real server, shutdown
 def test_graceful_shutdown_finishes_in_flight(cls_pred):
-    import uvicorn
-
     gated = Gated(cls_pred)
-    port = free_port()
     app = create_app(classifier=gated, settings=ServerSettings(max_wait_ms=0))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           timeout_graceful_shutdown=10))
-    th = threading.Thread(target=server.run, daemon=True)
-    th.start()
-    url = f"http://127.0.0.1:{port}"
-    wait_ready(url, 60, th.is_alive, poll_s=0.05)
+    server, th, port, url = _serve_in_thread(app)
     result = {}
     req = threading.Thread(target=lambda: result.setdefault(
         "r", httpx.post(url + "/v1/classify", json={"texts": ["終わるまで待つ"]}, timeout=20)))

@@ -241,18 +241,18 @@ def _save_dev_logits(out: Path, runs: list[dict], lex_logits: np.ndarray | None,
     atomic_write_bytes(out / "dev_logits.npz", buf.getvalue())
 
 
-def _choose_fusion(mode: str, runs: list[dict], enc_logits: np.ndarray, lex_logits: np.ndarray | None,
+def _choose_fusion(mode: str, runs: list[dict], kept: int, lex_logits: np.ndarray | None,
                    gold: np.ndarray, labels: list[str]) -> dict | None:
     """The fusion section of the report (None without a TF-IDF model or with ``--fusion off``): the setting
-    chosen on dev for the kept seed's logits, its cross-fitted estimate, every seed's cross-fitted fused macro-F1
+    chosen on dev for the kept seed's logits (``runs[kept]``), its cross-fitted estimate, every seed's cross-fitted fused macro-F1
     beside its encoder's, and ``shipped``: ``auto`` ships it when the cross-fitted fused macro-F1 beats the
     encoder alone (and the chosen weight leaves the encoder < 1)."""
     if lex_logits is None or mode == "off":
         return None
-    choice = choose_fusion(enc_logits, lex_logits, gold, labels)
+    choices = [choose_fusion(r["dev_logits"].astype(np.float64), lex_logits, gold, labels) for r in runs]
+    choice = choices[kept]
     per_seed = []
-    for r in runs:
-        c = choose_fusion(r["dev_logits"].astype(np.float64), lex_logits, gold, labels)
+    for r, c in zip(runs, choices):
         per_seed.append({"seed": r["seed"], "encoder_macro_f1": c["encoder_macro_f1"],
                          "fused_crossfit_macro_f1": c["crossfit"]["macro_f1"], "mode": c["mode"],
                          "weight": c["weight"]})
@@ -386,7 +386,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
         lexical, lex_probs = base.pop("model"), base.pop("dev_probs")
         lex_logits = lexical.logits(dev.texts)
     _save_dev_logits(out, runs, lex_logits, dev_gold)
-    fusion_report = _choose_fusion(fusion, runs, enc_logits, lex_logits, dev_gold, labels)
+    fusion_report = _choose_fusion(fusion, runs, k, lex_logits, dev_gold, labels)
     ship = fusion_report is not None and fusion_report["shipped"]
     dev_logits = fuse(enc_logits, lex_logits, fusion_report["mode"], fusion_report["weight"]) if ship else enc_logits
 
