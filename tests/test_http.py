@@ -397,6 +397,37 @@ def test_refused_on_arrival_from_the_measured_rate():
     asyncio.run(main())
 
 
+def test_late_arrival_is_refused_only_when_work_is_waiting():
+    """A request that spent its whole deadline before reaching the queue (a slow upload, a stalled process) is
+    served when the batcher is idle (its call starts at once) and refused when other work waits ahead of it."""
+    gate = threading.Event()
+
+    def fn(items):
+        gate.wait(10)
+        return list(items)
+
+    async def main():
+        shed = []
+        b = MicroBatcher(fn, max_batch=4, max_wait_ms=0, max_queue=100, max_queue_ms=100, enabled=False,
+                         on_shed=shed.append)
+        await b.start()
+        gate.set()
+        assert await b.submit(["idle"], arrived=time.monotonic() - 1.0) == ["idle"]
+        assert shed == []
+        gate.clear()
+        running = asyncio.create_task(b.submit(["a"]))
+        await asyncio.sleep(0.05)
+        with pytest.raises(QueueFull) as exc:
+            await b.submit(["late"], arrived=time.monotonic() - 1.0)
+        assert exc.value.reason == "deadline" and exc.value.details["waited_ms"] >= 1000
+        assert shed == ["deadline"]
+        gate.set()
+        assert await running == ["a"]
+        await b.close()
+
+    asyncio.run(main())
+
+
 def test_overloaded_model_refuses_before_parsing_the_body(cls_pred):
     """Admission runs before the body is read: a broken body to an overloaded model gets 503, not 422 (no JSON
     parsing, no tokenising for requests that are refused), while other endpoints still answer."""
