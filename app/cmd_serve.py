@@ -98,6 +98,9 @@ def register(sub) -> None:
                    help="temp dir of the local Ray instance (default: a fresh /tmp/denki-ray-*)")
     r.add_argument("--detach", action="store_true",
                    help="with --address: leave the application running on the cluster and return")
+    p.add_argument("--http", default="auto", choices=["auto", "httptools", "h11"],
+                   help="uvicorn's HTTP parser. auto: httptools (C; installed with denki) when importable, else h11 "
+                        "(pure Python: every request, a 503 too, costs more CPU; experiments/serve-load)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action="store_true", help="log every request (costs throughput)")
     p.set_defaults(func=cmd_serve)
@@ -161,6 +164,21 @@ def resolve_threads(threads: int | None, workers: int, cores: int) -> int | None
     return max(1, cores // workers) if workers > 1 else None
 
 
+def resolve_http(http: str) -> str:
+    """uvicorn's ``http`` setting: ``auto`` names httptools when it imports (a C parser; uvicorn's own ``auto``
+    does the same, named here so the startup log says which one runs), else h11."""
+    import importlib.util
+
+    from models.io.errors import DenkiError
+
+    available = importlib.util.find_spec("httptools") is not None
+    if http == "auto":
+        return "httptools" if available else "h11"
+    if http == "httptools" and not available:
+        raise DenkiError("--http httptools: the httptools package is not installed (pip install httptools)")
+    return http
+
+
 def _cuda_requested(device: str) -> bool:
     """Whether the models will run on CUDA (``auto``: only if onnxruntime can really run there)."""
     if device != "auto":
@@ -220,11 +238,89 @@ def _supervisor_kw() -> dict:
     return {}
 
 
-def _serve_workers(args, workers: int, uvicorn_kw: dict) -> int:
-    """Run ``workers`` uvicorn worker processes behind one socket, each loading the models itself, with
-    prometheus_client in multiprocess mode (a fresh folder per run, removed at exit) so /metrics sums them."""
-    import uvicorn
+def reuse_port_available(host: str, port: int) -> bool:
+    """Whether the workers can each listen on a socket of their own (Linux SO_REUSEPORT, a fixed TCP port)."""
+    import socket
 
+    return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT") and int(port) != 0
+
+
+def bind_reuse_port(host: str, port: int):
+    """A TCP socket bound to ``host:port`` with SO_REUSEPORT (not yet listening). Every worker binds one: the
+    kernel then spreads new connections over the workers' sockets by a hash of the client address, instead of
+    all workers racing for one shared socket, where the first to wake accepts every pending connection (a
+    32-connection closed loop landed on one of two workers: 407 req/s instead of 712; experiments/serve-load).
+    Linux lets only processes of the same user join the group."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, int(port)))
+    return sock
+
+
+def _reuse_port_process_class():
+    """uvicorn's worker process, listening on a SO_REUSEPORT socket it binds itself (defined lazily: uvicorn is
+    imported only by `denki serve`)."""
+    from uvicorn.supervisors import multiprocess
+
+    class ReusePortProcess(multiprocess.Process):
+        def target(self, sockets=None):  # runs in the worker: its own socket, whatever the parent passed
+            sock = bind_reuse_port(self.config.host, self.config.port)
+            sock.set_inheritable(True)
+            return super().target([sock])
+
+    ReusePortProcess.__qualname__ = "ReusePortProcess"  # spawn pickles the bound target: found by name
+    return ReusePortProcess
+
+
+def __getattr__(name: str):
+    """``app.cmd_serve.ReusePortProcess`` on demand (a worker unpickling its target looks it up by name), without
+    importing uvicorn for every other command."""
+    if name == "ReusePortProcess":
+        cls = _reuse_port_process_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _run_workers(app_ref: str, workers: int, uvicorn_kw: dict) -> None:
+    """``uvicorn.run(app_ref, factory=True, workers=N)``, but with a socket per worker (SO_REUSEPORT) where the
+    platform has it: uvicorn's supervisor (restarts, signals, health pings) with its worker class swapped for
+    :func:`_reuse_port_process_class`'s while it runs. Elsewhere (or port 0) one socket shared by all workers."""
+    import uvicorn
+    from uvicorn.supervisors import multiprocess
+
+    host, port = uvicorn_kw["host"], uvicorn_kw["port"]
+    if not reuse_port_available(host, port):
+        uvicorn.run(app_ref, factory=True, workers=workers, **uvicorn_kw, **_supervisor_kw())
+        return
+    from models.io.errors import DenkiError
+
+    config = uvicorn.Config(app_ref, factory=True, workers=workers, **uvicorn_kw, **_supervisor_kw())
+    try:
+        guard = bind_reuse_port(host, port)  # fails here, clearly, when the port is taken; never listens
+    except OSError as exc:
+        raise DenkiError(f"cannot bind {host}:{port}: {exc.strerror or exc}") from None
+    import logging
+
+    logging.getLogger("denki.serve").info("listening on http://%s:%d (a socket per worker, SO_REUSEPORT)",
+                                          host, port)
+    original = multiprocess.Process
+    multiprocess.Process = __getattr__("ReusePortProcess")
+    try:
+        multiprocess.Multiprocess(config, sockets=[]).run()
+    finally:
+        multiprocess.Process = original
+        guard.close()
+
+
+def _serve_workers(args, workers: int, uvicorn_kw: dict) -> int:
+    """Run ``workers`` uvicorn worker processes behind one port (a socket each, SO_REUSEPORT, on Linux), each
+    loading the models itself, with prometheus_client in multiprocess mode (a fresh folder per run, removed at
+    exit) so /metrics sums them."""
     _check_bundles(args)
     state_dir = tempfile.mkdtemp(prefix="denki-serve-")
     # set before the workers start (they are spawned: they inherit this environment and import prometheus_client
@@ -234,7 +330,7 @@ def _serve_workers(args, workers: int, uvicorn_kw: dict) -> int:
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        uvicorn.run("app.cmd_serve:worker_app", factory=True, workers=workers, **uvicorn_kw, **_supervisor_kw())
+        _run_workers("app.cmd_serve:worker_app", workers, uvicorn_kw)
         failure = os.path.join(state_dir, STARTUP_FAILURE_FILE)
         if os.path.exists(failure):
             from models.io.errors import DenkiError
@@ -281,10 +377,11 @@ def cmd_serve(args) -> int:
     args.threads = resolve_threads(args.threads, workers, cores)
     uvicorn_kw = dict(host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log,
                       limit_concurrency=args.max_connections, timeout_graceful_shutdown=args.shutdown_timeout,
-                      server_header=False)
+                      server_header=False, http=resolve_http(args.http))
+    logging.getLogger("denki.serve").info("%d worker%s, onnxruntime threads per model: %s, HTTP parser: %s",
+                                          workers, "s" if workers > 1 else "", args.threads or "default",
+                                          uvicorn_kw["http"])
     if workers > 1:
-        logging.getLogger("denki.serve").info("starting %d workers (%s threads per model each)", workers,
-                                              args.threads)
         return _serve_workers(args, workers, uvicorn_kw)
     app = build_app(args)
     uvicorn.run(app, **uvicorn_kw)

@@ -39,8 +39,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from models.io.errors import DenkiError
-from serve.microbatch import (DEFAULT_MAX_QUEUE_MS, BatchStats, MicroBatcher, QueueFull, ShuttingDown, batching_mode,
-                              resolve_batching)
+from serve.microbatch import (DEFAULT_MAX_QUEUE_MS, BatchStats, MicroBatcher, QueueFull, SharedBacklog,
+                              ShuttingDown, batching_mode, resolve_batching)
 from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS
 
 log = logging.getLogger("denki.http")
@@ -541,6 +541,7 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
     # ------------------------------------------------------------------ batchers and lifespan
     batchers: dict[str, MicroBatcher] = {}
     batching: dict[str, str] = {}  # model → "on (auto: …)" / "off (…)": what was decided and why
+    backlog = SharedBacklog()  # the models share this process's cores: admission counts the work queued for both
 
     def _mk(name: str, predictor, fn):
         enabled, why = resolve_batching(s.batching, getattr(predictor, "device", "cpu"),
@@ -549,7 +550,7 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
                          max_queue_ms=s.max_queue_ms, enabled=enabled, name=name,
                          on_batch=lambda st: metrics.observe_batch(name, st),
                          on_shed=lambda reason: metrics.observe_shed(name, reason),
-                         on_pending=lambda n: metrics.set_queue_items(name, n))
+                         on_pending=lambda n: metrics.set_queue_items(name, n), backlog=backlog)
         batchers[name] = b
         batching[name] = why
         metrics.add_model(name)

@@ -26,7 +26,12 @@ work into waiting (the first load test: p50 2.1 s, p99 12.5 s, 1.3 % shed), so t
   weighted mean of seconds per item; a request arriving when the items ahead of it would need more than the
   deadline is refused at once (:meth:`check_admission`, cheap: nothing is tokenised), instead of waiting the
   whole deadline to be refused. So the effective queue bound is ``max_queue_ms × measured items/s``, whatever
-  the model and the machine, with no count to tune.
+  the model and the machine, with no count to tune. The models of one process share its cores, so batchers
+  built with one :class:`SharedBacklog` estimate the wait from the work queued for *all* of them: otherwise a
+  costly model (QA, ~25 ms a call) keeps being admitted while its own queue is short and takes the CPU from a
+  cheap one (the router), which is then refused ever more — at 2x capacity 93 % of QA requests were admitted
+  and 34 % of router requests, and goodput fell to 0.77x (experiments/serve-load). With a shared backlog a
+  request's chance of admission does not depend on its model.
 - *Memory backstop* (``max_queue``): at most that many items wait, whatever the estimate says.
 
 A caller that goes away (its ``submit`` is cancelled: the HTTP layer cancels it when the client disconnects)
@@ -139,6 +144,28 @@ class BatchStats:
     queue_waits: tuple[float, ...] = ()  # seconds each request of the batch waited before the call started
 
 
+class SharedBacklog:
+    """The batchers of one process, which share its cores: admission looks at the work queued for all of them.
+
+    ``estimated_wait()`` is the sum of the members' own backlogs (queued items × their measured seconds per item,
+    plus what is left of their running calls): the CPU has to get through all of it, whichever model a new
+    request is for (conservative when the machine has cores to spare for two calls at once)."""
+
+    def __init__(self) -> None:
+        self.members: list[MicroBatcher] = []
+
+    def add(self, batcher: "MicroBatcher") -> None:
+        self.members.append(batcher)
+
+    def busy(self) -> bool:
+        """Whether any member has work queued or running."""
+        return any(b.pending > 0 for b in self.members)
+
+    def estimated_wait(self, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        return sum(b.own_backlog(now) for b in self.members)
+
+
 class MicroBatcher:
     """Collects concurrent requests into one model call and sheds what cannot start in time (module docstring).
 
@@ -147,12 +174,14 @@ class MicroBatcher:
     ``on_batch``: optional callback receiving a :class:`BatchStats` after each call (on the event loop).
     ``on_shed``: optional callback receiving the reason each time a request is refused.
     ``on_pending``: optional callback receiving the pending item count whenever it changes (a gauge).
+    ``backlog``: a :class:`SharedBacklog` of the process's batchers (admission then counts their work too).
     """
 
     def __init__(self, fn: Callable[[list], list], *, max_batch: int = 32, max_wait_ms: float = 2.0,
                  max_queue: int = 2048, max_queue_ms: float | None = None, enabled: bool = True,
                  name: str = "model", on_batch: Callable[[BatchStats], None] | None = None,
-                 on_shed: Callable[[str], None] | None = None, on_pending: Callable[[int], None] | None = None):
+                 on_shed: Callable[[str], None] | None = None, on_pending: Callable[[int], None] | None = None,
+                 backlog: SharedBacklog | None = None):
         if max_batch < 1 or max_queue < 1 or max_wait_ms < 0:
             raise ValueError("max_batch and max_queue must be ≥ 1 and max_wait_ms ≥ 0")
         if max_queue_ms is not None and max_queue_ms <= max_wait_ms:
@@ -176,6 +205,9 @@ class MicroBatcher:
         self._carry: _Job | None = None  # a job that did not fit into the previous batch
         self._worker: asyncio.Task | None = None
         self._closing = False
+        self.backlog = backlog
+        if backlog is not None:
+            backlog.add(self)
 
     # ----------------------------------------------------------------- state
     @property
@@ -194,8 +226,15 @@ class MicroBatcher:
         return self._seconds_per_item
 
     def estimated_wait(self, now: float | None = None) -> float:
-        """Seconds a request arriving now would wait before its model call starts: the queued items times the
-        measured seconds per item, plus what is left of the call in progress (0 until a call was measured)."""
+        """Seconds a request arriving now would wait before its model call starts: this batcher's backlog
+        (:meth:`own_backlog`), or, with a :class:`SharedBacklog`, the backlog of every batcher sharing the cores."""
+        if self.backlog is not None:
+            return self.backlog.estimated_wait(now)
+        return self.own_backlog(now)
+
+    def own_backlog(self, now: float | None = None) -> float:
+        """Seconds of work this batcher holds: the queued items times the measured seconds per item, plus what
+        is left of the call in progress (0 until a call was measured)."""
         spi = self._seconds_per_item
         if spi is None:
             return 0.0
@@ -245,7 +284,8 @@ class MicroBatcher:
             self._shed("queue_full")
             raise QueueFull(f"{self._pending_items} items queued (limit {self.max_queue})", "queue_full",
                             {"queued_items": self._pending_items, "max_queue": self.max_queue})
-        if self.max_queue_s is not None and self._pending_items > 0:
+        busy = self._pending_items > 0 if self.backlog is None else self.backlog.busy()
+        if self.max_queue_s is not None and busy:
             wait = self.estimated_wait()
             if wait > self.max_queue_s:
                 self._shed("estimate")

@@ -23,7 +23,7 @@ pytest.importorskip("fastapi")
 
 from models.io.errors import DenkiError  # noqa: E402
 from serve.http import Metrics, ServerSettings, create_app  # noqa: E402
-from serve.microbatch import MicroBatcher, QueueFull, resolve_batching  # noqa: E402
+from serve.microbatch import MicroBatcher, QueueFull, SharedBacklog, resolve_batching  # noqa: E402
 from serve.runtime import Predictor  # noqa: E402
 
 from .conftest import free_port, wait_ready  # noqa: E402
@@ -393,6 +393,50 @@ def test_refused_on_arrival_from_the_measured_rate():
         gate.set()
         await asyncio.gather(running, big, return_exceptions=True)
         await b.close()
+
+    asyncio.run(main())
+
+
+def test_shared_backlog_refuses_a_request_to_an_idle_model_while_the_cores_are_busy():
+    """Batchers sharing a process's cores admit from the work queued for all of them: with the router's queue
+    seconds deep, a QA request (its own queue empty) is refused on arrival too; alone it would be admitted."""
+    gate = threading.Event()
+
+    def slow(items):
+        gate.wait(10)
+        time.sleep(0.02 * len(items))
+        return list(items)
+
+    async def main():
+        backlog = SharedBacklog()
+        shed = []
+        router = MicroBatcher(slow, max_batch=4, max_wait_ms=0, max_queue=10_000, max_queue_ms=1000, enabled=False,
+                              backlog=backlog, name="router")
+        qa = MicroBatcher(lambda xs: list(xs), max_batch=4, max_wait_ms=0, max_queue=10_000, max_queue_ms=1000,
+                          enabled=False, backlog=backlog, name="qa", on_shed=shed.append)
+        lone = MicroBatcher(lambda xs: list(xs), max_batch=4, max_wait_ms=0, max_queue=10_000, max_queue_ms=1000,
+                            enabled=False, name="lone")  # the same model without the shared backlog
+        for b in (router, qa, lone):
+            await b.start()
+        gate.set()
+        for _ in range(4):  # measure the router's service time (the first call is not counted)
+            await router.submit(["x"])
+        gate.clear()
+        running = asyncio.create_task(router.submit(["a"]))
+        await asyncio.sleep(0.05)
+        queued = asyncio.create_task(router.submit(["q"] * 200))  # ≥ 200 × 15 ms = 3 s of router work waits
+        await asyncio.sleep(0.05)
+        assert backlog.busy() and qa.estimated_wait() > 1.0 and lone.estimated_wait() == 0.0
+        with pytest.raises(QueueFull) as exc:
+            await qa.submit(["question"])
+        assert exc.value.reason == "estimate" and shed == ["estimate"]
+        assert await lone.submit(["question"]) == ["question"]
+        gate.set()
+        await asyncio.gather(running, queued, return_exceptions=True)
+        assert not backlog.busy()
+        assert await qa.submit(["question"]) == ["question"]  # the cores are free again: admitted
+        for b in (router, qa, lone):
+            await b.close()
 
     asyncio.run(main())
 
