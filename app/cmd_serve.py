@@ -67,8 +67,9 @@ def register(sub) -> None:
                    help=f"micro-batching across requests. {BATCHING_RULE}")
     g.add_argument("--no-batching", action="store_true", help="the same as --batching off (kept for old scripts)")
     g.add_argument("--max-batch", type=int, default=32, help="texts (or QA pairs) per model call")
-    g.add_argument("--max-wait-ms", type=float, default=2.0,
-                   help="with batching: how long the first request of a batch waits for others")
+    g.add_argument("--max-wait-ms", type=float, default=None,
+                   help="with batching: how long the first request of a batch waits for others (default: 0 on CPU "
+                        "— a batch is what queued while the previous call ran —, 2 on CUDA)")
     g.add_argument("--max-queue", type=int, default=2048,
                    help="memory backstop: texts/pairs waiting per model (per worker) before 503; the latency bound "
                         "is --max-queue-ms")

@@ -39,8 +39,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from models.io.errors import DenkiError
-from serve.microbatch import (DEFAULT_MAX_QUEUE_MS, BatchStats, MicroBatcher, QueueFull, SharedBacklog,
-                              ShuttingDown, batching_mode, resolve_batching)
+from serve.microbatch import (DEFAULT_MAX_QUEUE_MS, DEFAULT_WAIT_MS, BatchStats, MicroBatcher, QueueFull,
+                              SharedBacklog, ShuttingDown, batching_mode, default_wait_ms, resolve_batching)
 from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS
 
 log = logging.getLogger("denki.http")
@@ -60,7 +60,7 @@ class ServerSettings:
     """Knobs of the HTTP layer (``denki serve --help`` documents each one)."""
     batching: str = "auto"  # micro-batching: auto (serve.microbatch.BATCHING_RULE), on, off (True/False too)
     max_batch: int = 32  # items (texts / question-context pairs) per model call
-    max_wait_ms: float = 2.0  # how long the first request of a batch waits for company
+    max_wait_ms: float | None = None  # how long the first request of a batch waits for company (None: by device)
     max_queue: int = 2048  # memory backstop: items waiting per model before 503 (latency is bounded by max_queue_ms)
     max_queue_ms: float | None = DEFAULT_MAX_QUEUE_MS  # deadline: a model call not started by then → 503 (None: off)
     max_texts: int = 64  # texts per /v1/classify request
@@ -73,9 +73,10 @@ class ServerSettings:
 
     def __post_init__(self):
         self.batching = batching_mode(self.batching)
-        if self.max_queue_ms is not None and not float(self.max_queue_ms) > float(self.max_wait_ms):
+        longest_wait = max(DEFAULT_WAIT_MS.values()) if self.max_wait_ms is None else float(self.max_wait_ms)
+        if self.max_queue_ms is not None and not float(self.max_queue_ms) > longest_wait:
             raise DenkiError(f"max_queue_ms (the deadline, {self.max_queue_ms} ms) must be larger than max_wait_ms "
-                             f"(the batching wait, {self.max_wait_ms} ms)")
+                             f"(the batching wait, {longest_wait:g} ms)")
         if self.max_text_chars > MAX_TEXT_CHARS or self.max_context_chars > MAX_CONTEXT_CHARS:
             raise DenkiError(f"character limits cannot exceed the runtime's ({MAX_TEXT_CHARS:,} per text, "
                              f"{MAX_CONTEXT_CHARS:,} per context)")
@@ -83,7 +84,7 @@ class ServerSettings:
                   "max_body_bytes"):
             if int(getattr(self, k)) < 1:
                 raise DenkiError(f"{k} must be ≥ 1")
-        if self.max_wait_ms < 0:
+        if self.max_wait_ms is not None and self.max_wait_ms < 0:
             raise DenkiError("max_wait_ms must be ≥ 0")
 
 
@@ -544,9 +545,10 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
     backlog = SharedBacklog()  # the models share this process's cores: admission counts the work queued for both
 
     def _mk(name: str, predictor, fn):
-        enabled, why = resolve_batching(s.batching, getattr(predictor, "device", "cpu"),
-                                        getattr(predictor, "threads", None))
-        b = MicroBatcher(fn, max_batch=s.max_batch, max_wait_ms=s.max_wait_ms, max_queue=s.max_queue,
+        device = getattr(predictor, "device", "cpu")
+        enabled, why = resolve_batching(s.batching, device, getattr(predictor, "threads", None))
+        wait_ms = default_wait_ms(device) if s.max_wait_ms is None else s.max_wait_ms
+        b = MicroBatcher(fn, max_batch=s.max_batch, max_wait_ms=wait_ms, max_queue=s.max_queue,
                          max_queue_ms=s.max_queue_ms, enabled=enabled, name=name,
                          on_batch=lambda st: metrics.observe_batch(name, st),
                          on_shed=lambda reason: metrics.observe_shed(name, reason),

@@ -12,8 +12,8 @@ each request its slice of the results. A request is never split: one with more i
 waits for the next batch (a request larger than ``max_batch`` runs as a batch of its own).
 
 With ``enabled=False`` every request is its own batch (one request → one inference, served in arrival order).
-Whether to batch is decided per model by :func:`resolve_batching` (``auto``: :data:`BATCHING_RULE`, on only where
-it was measured, or is expected, to pay).
+Whether to batch is decided per model by :func:`resolve_batching` (``auto``: :data:`BATCHING_RULE`: on, with
+no batching wait on CPU, where that was measured to pay at light and heavy load alike).
 
 **Admission: latency is bounded by shedding, not by a queue length.** Under overload a queue only turns extra
 work into waiting (the first load test: p50 2.1 s, p99 12.5 s, 1.3 % shed), so three rules bound it:
@@ -64,12 +64,19 @@ SHED_REASONS = ("estimate", "deadline", "queue_full")
 DEFAULT_MAX_QUEUE_MS = 250.0
 
 #: ``batching="auto"``, stated once (``denki serve --help``, /v1/models, docs/serving.md): where it was measured
-BATCHING_RULE = ("auto = on for CUDA and for CPU models with more than one onnxruntime intra-op thread, off for "
-                 "CPU models with one thread: there micro-batching measured 0.76x / 0.73x of off (tiny int8 "
-                 "router, 8 / 32 clients) and 1.07x / 0.86x (Small), server pinned to one core with one thread "
-                 "(experiments/bench-suite; 0.76x / 0.80x again after length bucketing, experiments/bench-bucketing). "
-                 "A batch pays where one call has a large fixed cost: a GPU, or threads a batch of one cannot keep "
-                 "busy (the reasoning of bench-suite, not yet measured on CPU)")
+BATCHING_RULE = ("auto = on, with the batching wait chosen per device (--max-wait-ms): none on CPU, where a batch "
+                 "is whatever queued while the previous call ran (a worker per core, one onnxruntime thread each: "
+                 "1.17x the throughput of off at 32 connections, 1.05x at 4, p50 5.6 vs 5.8 ms; waiting 2 ms for "
+                 "company cost 0.71x at 4; experiments/serve-load), 2 ms on CUDA, where one call has a large fixed "
+                 "cost that a fuller batch shares (not yet measured here)")
+
+#: the batching wait by device when ``--max-wait-ms`` is not given (the rule above)
+DEFAULT_WAIT_MS = {"cpu": 0.0, "cuda": 2.0}
+
+
+def default_wait_ms(device: str) -> float:
+    """How long the first request of a batch waits for company on ``device`` by default (:data:`BATCHING_RULE`)."""
+    return DEFAULT_WAIT_MS["cuda" if device == "cuda" else "cpu"]
 
 
 def batching_mode(value) -> str:
@@ -93,19 +100,17 @@ def usable_cores() -> int:
 def resolve_batching(mode, device: str = "cpu", threads: int | None = None) -> tuple[bool, str]:
     """Whether a model served on ``device`` with ``threads`` onnxruntime intra-op threads micro-batches, and why.
 
-    ``on``/``off`` are obeyed; ``auto`` follows :data:`BATCHING_RULE`: on for CUDA, on for CPU with more than one
-    intra-op thread, off for CPU with one. ``threads`` None is onnxruntime's default, taken as the cores this
-    process may use (``denki serve --workers N`` gives each worker its share explicitly)."""
+    ``on``/``off`` are obeyed; ``auto`` follows :data:`BATCHING_RULE`: on, with no batching wait on CPU (a batch
+    forms only from requests that queued while the previous call ran, so a lone request never waits) and a short
+    one on CUDA (:func:`default_wait_ms`)."""
     mode = batching_mode(mode)
     if mode != "auto":
         return mode == "on", f"{mode} (asked for)"
     if device == "cuda":
-        return True, "on (auto: CUDA; a GPU call has a large fixed cost that a batch shares)"
+        return True, "on (auto: CUDA, 2 ms batching wait; a GPU call has a large fixed cost that a batch shares)"
     n = int(threads) if threads else usable_cores()
-    if n > 1:
-        return True, f"on (auto: CPU with {n} intra-op threads per model, which a batch of one cannot keep busy)"
-    return False, ("off (auto: CPU with 1 intra-op thread per model, where micro-batching measured 0.73-0.86x of "
-                   "off; experiments/bench-suite, experiments/bench-bucketing)")
+    return True, (f"on (auto: CPU, {n} intra-op thread{'s' if n > 1 else ''}, no batching wait: a batch is what "
+                  f"queued while the previous call ran; 1.05-1.17x off, experiments/serve-load)")
 
 
 class QueueFull(Exception):

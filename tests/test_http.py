@@ -553,6 +553,42 @@ def test_client_disconnect_cancels_queued_work(cls_pred):
         th.join(20)
 
 
+def _listening_sockets(port: int) -> int:
+    """TCP sockets in LISTEN state on ``port`` (Linux /proc/net/tcp and tcp6)."""
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[1].rsplit(":", 1)[1] == f"{port:04X}" and fields[3] == "0A":
+                n += 1
+    return n
+
+
+def test_workers_refuse_a_taken_port_clearly():
+    """With a socket per worker the parent binds the port first: a port another program holds ends `denki serve
+    --workers 2` with one clear error before any worker starts; port 0 keeps uvicorn's shared socket."""
+    import socket
+
+    from app.cmd_serve import _run_workers, reuse_port_available
+
+    assert not reuse_port_available("127.0.0.1", 0)
+    if not reuse_port_available("127.0.0.1", 8080):
+        pytest.skip("no SO_REUSEPORT here")
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        with pytest.raises(DenkiError, match=f"cannot bind 127.0.0.1:{port}"):
+            _run_workers("app.cmd_serve:worker_app", 2, dict(host="127.0.0.1", port=port, log_level="critical"))
+    finally:
+        holder.close()
+
+
 def test_workers_share_one_port_and_sum_their_metrics(onnx_classifier):
     """`denki serve --workers 2`: two processes, each with its model, answer on one port; /metrics (from whichever
     worker answers) counts every request of both (prometheus_client multiprocess mode); SIGTERM stops all."""
@@ -575,8 +611,10 @@ def test_workers_share_one_port_and_sum_their_metrics(onnx_classifier):
             else:
                 time.sleep(0.1)
         assert len(pids) == 2, f"only worker(s) {pids} answered"
+        if sys.platform.startswith("linux"):  # a socket per worker (SO_REUSEPORT): the kernel spreads connections
+            assert _listening_sockets(port) == 2
         models = httpx.get(url + "/v1/models", timeout=10).json()
-        assert models["batching"]["classifier"].startswith("off (auto: CPU with 1 intra-op thread")
+        assert models["batching"]["classifier"].startswith("on (auto: CPU, 1 intra-op thread, no batching wait")
         n = 12
         for i in range(n):
             r = httpx.post(url + "/v1/classify", json={"texts": [f"問い合わせ {i}"]}, timeout=30)
@@ -679,24 +717,33 @@ def test_workers_and_threads_defaults():
 
 
 def test_batching_auto_rule(cls_pred):
-    """auto: off on CPU with one intra-op thread (measured to lose there), on for CUDA and several threads."""
-    assert resolve_batching("auto", "cpu", 1)[0] is False
-    assert "bench-suite" in resolve_batching("auto", "cpu", 1)[1]
-    assert resolve_batching("auto", "cpu", 4)[0] is True
-    assert resolve_batching("auto", "cuda", 1)[0] is True
+    """auto: on everywhere (measured to pay on CPU once nothing waits for company), with no batching wait on CPU
+    and 2 ms on CUDA unless --max-wait-ms says otherwise; on/off are obeyed."""
+    from serve.microbatch import default_wait_ms
+
+    for threads in (1, 4):
+        on, why = resolve_batching("auto", "cpu", threads)
+        assert on is True and "no batching wait" in why and "serve-load" in why
+    assert resolve_batching("auto", "cuda", 1)[0] is True and "2 ms" in resolve_batching("auto", "cuda", 1)[1]
     assert resolve_batching("on", "cpu", 1)[0] is True and resolve_batching("off", "cuda", None)[0] is False
+    assert default_wait_ms("cpu") == 0.0 and default_wait_ms("cuda") == 2.0
     assert ServerSettings(batching=True).batching == "on" and ServerSettings(batching=False).batching == "off"
-    assert ServerSettings().batching == "auto"
+    assert ServerSettings().batching == "auto" and ServerSettings().max_wait_ms is None
     with pytest.raises(DenkiError, match="auto, on or off"):
         ServerSettings(batching="sometimes")
+    with pytest.raises(DenkiError, match="larger than max_wait_ms"):  # the deadline must exceed any default wait
+        ServerSettings(max_queue_ms=1)
     from fastapi.testclient import TestClient
 
     app = create_app(classifier=cls_pred)  # cls_pred: CPU, threads=1
-    assert app.state.batching["classifier"].startswith("off (auto")
-    assert app.state.batchers["classifier"].enabled is False
+    assert app.state.batching["classifier"].startswith("on (auto")
+    b = app.state.batchers["classifier"]
+    assert b.enabled is True and b.max_wait == 0.0
+    assert create_app(classifier=cls_pred, settings=ServerSettings(max_wait_ms=3)).state.batchers[
+        "classifier"].max_wait == 0.003
     with TestClient(app) as c:
         m = c.get("/v1/models").json()
-        assert m["batching"]["classifier"].startswith("off (auto") and m["settings"]["batching"] == "auto"
+        assert m["batching"]["classifier"].startswith("on (auto") and m["settings"]["batching"] == "auto"
         assert m["settings"]["max_queue_ms"] == 250
 
 
