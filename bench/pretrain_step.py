@@ -17,6 +17,11 @@ separate process running that variant for two steps, minus its RSS after imports
 
     python bench/pretrain_step.py --size tiny --steps 10
     python bench/pretrain_step.py --size small --steps 3 --json runs/bench_pretrain_small.json
+    python bench/pretrain_step.py --size tiny --variants rtd --profile 5 --bf16   # + torch.profiler, top ops
+
+``--profile N`` then runs N more steps of the first variant under ``torch.profiler`` and prints the operators by
+self time, with the share of matrix work (``aten::mm`` / ``addmm`` / ``bmm`` / ``linear``'s kernels, attention)
+against everything else (elementwise, softmax, layer norm, embedding, the optimizer, sampling, masking).
 """
 from __future__ import annotations
 
@@ -119,6 +124,40 @@ def _amp_factory(device, bf16):
     return contextlib.nullcontext
 
 
+#: operators doing matrix products (their self time is the "matrix work" of a profile)
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::_addmm_activation",
+              "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math",
+              "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_flash_attention",
+              "aten::_scaled_dot_product_cudnn_attention", "mkldnn::_linear_pointwise", "aten::mkldnn_linear")
+
+
+def profile_steps(variant, m, opt, ids, am, V, amp, steps: int, device, top: int = 15) -> dict:
+    """Run ``steps`` steps under torch.profiler; return (and print) the operators by self time and the share of
+    matrix products. Self times add up to the profiled time (no double counting of nested operators)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for _ in range(steps):
+            one_step(variant, m, opt, ids, am, V, amp)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    events = [e for e in prof.key_averages() if getattr(e, key, 0) > 0]
+    total = sum(getattr(e, key) for e in events) or 1.0
+    matmul = sum(getattr(e, key) for e in events if e.key in MATMUL_OPS)
+    rows = sorted(({"op": e.key, "self_ms_per_step": getattr(e, key) / 1e3 / steps, "share": getattr(e, key) / total,
+                    "calls_per_step": e.count / steps} for e in events), key=lambda r: -r["self_ms_per_step"])
+    print(f"profile: {variant}, {steps} steps, self {'device' if device.type == 'cuda' else 'CPU'} time "
+          f"{total / 1e3 / steps:.1f} ms/step; matrix products {matmul / total:.1%}, everything else "
+          f"{1 - matmul / total:.1%}")
+    print(f"{'operator':48} {'ms/step':>8} {'share':>6} {'calls':>6}")
+    for r in rows[:top]:
+        print(f"{r['op'][:48]:48} {r['self_ms_per_step']:8.2f} {r['share']:6.1%} {r['calls_per_step']:6.0f}")
+    return {"variant": variant, "steps": steps, "ms_per_step": total / 1e3 / steps, "matmul_share": matmul / total,
+            "top": rows[:top]}
+
+
 def memory_child(args) -> None:
     """Subprocess: run one variant for two steps, print peak RSS (MiB)."""
     def hwm_mib() -> float:
@@ -155,6 +194,8 @@ def main() -> int:
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (always on with CUDA)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--no-memory", action="store_true", help="skip the CPU peak-RSS subprocesses")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="then profile N steps of the first variant (torch.profiler): operators by self time")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -238,6 +279,8 @@ def main() -> int:
     if "nodrop_ratio" in rows.get("rtd-nodrop", {}):
         print(f"RTD / MLM with dropout 0 in both: {rows['rtd-nodrop']['nodrop_ratio']:.2f} "
               f"(with dropout: {rows['rtd']['time_vs_mlm']:.2f})" if "rtd" in rows else "")
+    if args.profile > 0:
+        result["profile"] = profile_steps(variants[0], *built[variants[0]], ids, am, V, amp, args.profile, device)
     if args.json:
         from models.io.fileio import atomic_write_json
 
