@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Where a pretraining step's time goes on CPU, and what a second core buys: bench/pretrain_step.py on the RTD step
+# (batch 32 x 128, vocabulary 8,000) — tiny and Small, fp32 and bf16, 1 thread then 2 threads (thread scaling),
+# then torch.profiler over a few steps (operators by self time, the share of matrix products). Needs both cores
+# quiet (about 4 minutes). → experiments/pretrain-profile/*.json and log.txt
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export HF_HUB_OFFLINE=1 MKL_NUM_THREADS=2
+OUT=experiments/pretrain-profile; PY=${PY:-.venv/bin/python}
+{ grep -m1 'model name' /proc/cpuinfo; grep -m1 flags /proc/cpuinfo; echo "load: $(cat /proc/loadavg)"
+  git log -1 --format='commit %h %s'; } > "$OUT/cpu.txt"
+for size in tiny small; do
+  steps=10; [ $size = small ] && steps=3
+  for prec in fp32 bf16; do
+    flag=(); [ $prec = bf16 ] && flag=(--bf16)
+    for t in 1 2; do
+      cpus=0; [ $t = 2 ] && cpus=0-1
+      echo "=== $size $prec threads $t"
+      OMP_NUM_THREADS=$t taskset -c $cpus $PY bench/pretrain_step.py --size $size --variants rtd --steps $steps \
+          --threads $t --no-memory "${flag[@]}" --json "$OUT/$size-$prec-t$t.json"
+    done
+    echo "=== $size $prec profile (1 thread)"
+    OMP_NUM_THREADS=1 taskset -c 0 $PY bench/pretrain_step.py --size $size --variants rtd --steps 1 --threads 1 \
+        --no-memory --profile $((steps / 2)) "${flag[@]}" --json "$OUT/$size-$prec-profile.json"
+  done
+done 2>&1 | grep -v USDT | tee "$OUT/log.txt"
