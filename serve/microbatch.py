@@ -179,7 +179,8 @@ class MicroBatcher:
     ``on_batch``: optional callback receiving a :class:`BatchStats` after each call (on the event loop).
     ``on_shed``: optional callback receiving the reason each time a request is refused.
     ``on_pending``: optional callback receiving the pending item count whenever it changes (a gauge).
-    ``backlog``: a :class:`SharedBacklog` of the process's batchers (admission then counts their work too).
+    ``backlog``: a :class:`SharedBacklog` of the process's batchers (admission then counts their work too);
+    without one the batcher is the only member of a backlog of its own.
     """
 
     def __init__(self, fn: Callable[[list], list], *, max_batch: int = 32, max_wait_ms: float = 2.0,
@@ -210,9 +211,8 @@ class MicroBatcher:
         self._carry: _Job | None = None  # a job that did not fit into the previous batch
         self._worker: asyncio.Task | None = None
         self._closing = False
-        self.backlog = backlog
-        if backlog is not None:
-            backlog.add(self)
+        self.backlog = SharedBacklog() if backlog is None else backlog
+        self.backlog.add(self)
 
     # ----------------------------------------------------------------- state
     @property
@@ -231,11 +231,9 @@ class MicroBatcher:
         return self._seconds_per_item
 
     def estimated_wait(self, now: float | None = None) -> float:
-        """Seconds a request arriving now would wait before its model call starts: this batcher's backlog
-        (:meth:`own_backlog`), or, with a :class:`SharedBacklog`, the backlog of every batcher sharing the cores."""
-        if self.backlog is not None:
-            return self.backlog.estimated_wait(now)
-        return self.own_backlog(now)
+        """Seconds a request arriving now would wait before its model call starts: the backlog of every batcher
+        sharing the cores (just this one's, :meth:`own_backlog`, unless a :class:`SharedBacklog` was given)."""
+        return self.backlog.estimated_wait(now)
 
     def own_backlog(self, now: float | None = None) -> float:
         """Seconds of work this batcher holds: the queued items times the measured seconds per item, plus what
@@ -289,8 +287,7 @@ class MicroBatcher:
             self._shed("queue_full")
             raise QueueFull(f"{self._pending_items} items queued (limit {self.max_queue})", "queue_full",
                             {"queued_items": self._pending_items, "max_queue": self.max_queue})
-        busy = self._pending_items > 0 if self.backlog is None else self.backlog.busy()
-        if self.max_queue_s is not None and busy:
+        if self.max_queue_s is not None and self.backlog.busy():
             wait = self.estimated_wait()
             if wait > self.max_queue_s:
                 self._shed("estimate")
