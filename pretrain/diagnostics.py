@@ -135,7 +135,9 @@ def load_run_probe(run):
     """A finished (or stopped) run's probe, rebuilt from its newest checkpoint: ``(model, checkpoint_dir, probe)``
     where ``probe()`` runs :func:`run_probe` on the run's own probe batch (``probe.ids``, ``(n, L)``) and
     corruption (its corpus cache, tokenizer, sequence length and mask rate). For re-probing runs that finished before a probe field existed
-    (docs/*/reprobe.py); ``model`` is the whole pretrainer, with the run's ``gen_temperature``."""
+    (docs/*/reprobe.py); ``model`` is the whole pretrainer, with the run's ``gen_temperature``; ``probe()`` runs at the
+    run's precision."""
+    import contextlib
     import json
     from pathlib import Path
 
@@ -158,8 +160,16 @@ def load_run_probe(run):
         return mask_tokens(x, mask_prob=ident["mask_prob"], mask_id=tok.mask_id, special_ids=special,
                            vocab_size=tok.vocab_size, split=ELECTRA_SPLIT, first_regular_id=len(tok.special_ids))
 
+    # the precision the run probed at (run.json; runs from before it was recorded trained in fp32 unless their
+    # summary says otherwise): a bf16 encoder's figures re-probed in fp32 differ in the 5th decimal
+    precision = meta.get("precision")
+    if precision is None and (run / "summary.json").is_file():
+        precision = json.loads((run / "summary.json").read_text(encoding="utf-8")).get("precision")
+    amp = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+
     def probe() -> dict[str, float]:
-        return run_probe(model, ids, pad_id=tok.pad_id, mask_fn=mask_fn)
+        with amp:
+            return run_probe(model, ids, pad_id=tok.pad_id, mask_fn=mask_fn)
 
     probe.ids = ids  # (n, L) the probe batch
     return model, last, probe

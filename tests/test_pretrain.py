@@ -412,11 +412,13 @@ def test_gen_temperature_flattens_the_training_samples_but_not_the_probes():
 
 def test_reprobe_from_the_last_checkpoint_reproduces_the_logged_probe(tiny_tokenizer_dir, cache_dir, tmp_path):
     """``load_run_probe`` (docs/*/reprobe.py) rebuilds a finished run's probe: same batch, same corruption, same
-    figures as its summary — here for a run trained at --gen-temperature 2, which also gets ``disc_auc_own_t``."""
+    figures as its summary — here for a run trained at --gen-temperature 2, which also gets ``disc_auc_own_t``, in bf16 (a bf16 encoder re-probed in fp32 differs in the 5th decimal)."""
     from pretrain.diagnostics import load_run_probe
 
-    s = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "p", cache_dir, steps=4, gen_temperature=2.0))
-    model, last, probe = load_run_probe(tmp_path / "p")
+    s = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "p", cache_dir, steps=4, gen_temperature=2.0,
+                          precision="bf16"))
+    assert json.loads((tmp_path / "p" / "run.json").read_text())["precision"] == "bf16"
+    model, last, probe = load_run_probe(tmp_path / "p")  # re-probes at the run's precision
     assert last.name.endswith("4") and model.gen_temperature == 2.0 and probe.ids.shape[0] > 0
     again = probe()
     assert set(again) == set(s["diagnostics"]) and "disc_auc_own_t" in again
@@ -849,11 +851,18 @@ def test_cls_contrast_is_part_of_the_run_identity_and_goes_with_rtd_only(tiny_to
 
 
 # ------------------------------------------------------------------------------------------------ precision
-def test_resolve_precision_and_cpu_bf16_flags(tmp_path, capsys):
+def test_resolve_precision_and_cpu_bf16_flags(tmp_path, monkeypatch):
+    import pretrain.train as train
     from pretrain.train import cpu_bf16_flags, resolve_precision
 
     assert resolve_precision("auto", "cuda") == "bf16"
-    assert resolve_precision("auto", "cpu") == "fp32"  # until bf16 pretraining is measured downstream on CPUs
+    # auto on a CPU follows its flags (bf16 measured downstream on an avx512_bf16 core: experiments/bf16-pretraining)
+    monkeypatch.setattr(train, "cpu_bf16_flags", lambda: ["avx512_bf16"])
+    assert resolve_precision("auto", "cpu") == "bf16"
+    monkeypatch.setattr(train, "cpu_bf16_flags", lambda: [])
+    assert resolve_precision("auto", "cpu") == "fp32"
+    assert resolve_precision("auto", "mps") == "fp32"
+    monkeypatch.undo()
     assert resolve_precision("fp32", "cuda") == "fp32"
     with pytest.raises(DenkiError, match="--precision"):
         resolve_precision("fp16", "cpu")
