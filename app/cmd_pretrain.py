@@ -47,6 +47,10 @@ def register(sub) -> None:
                         "short (0.01–0.32%% measured; summary.json records the FLOPs spent)")
     p.add_argument("--steps", type=int, default=None, help="number of optimizer steps (LR schedule length)")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per step (per process under torchrun)")
+    p.add_argument("--micro-batch", type=int, default=None, metavar="N",
+                   help="sequences per forward/backward when --batch-size does not fit the device's memory: the "
+                        "gradients of batch/N chunks are accumulated and the optimizer steps once per --batch-size "
+                        "(same training, up to float rounding; default: the whole batch at once)")
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--lr", type=float, default=None,
                    help="peak learning rate (default: tiny 1e-3 for mlm; tiny electra 1e-3 for a run of ≥ 1,000 steps "
@@ -99,7 +103,17 @@ def register(sub) -> None:
                    help="autocast precision of forward/backward (weights, optimizer, losses and sampling stay fp32). "
                         "auto: bf16 on CUDA and on CPUs with avx512_bf16/amx_bf16 (1.84x the tokens/s of fp32 for "
                         "tiny RTD, routers within seed noise at equal FLOPs), fp32 elsewhere (docs/pretrain.md)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (a GPU option; if compiling fails, the run warns and goes on "
+                        "uncompiled)")
+    p.add_argument("--attention", choices=("auto", "eager", "sdpa"), default="auto",
+                   help="attention kernel: sdpa = torch's scaled_dot_product_attention (fused flash/efficient kernels "
+                        "on CUDA); eager = transformers' matmul + softmax. auto: sdpa on CUDA, eager on CPUs (there "
+                        "sdpa was 0.81x the tiny bf16 step: experiments/cpu-dropout)")
+    p.add_argument("--dropout-masks", choices=("cheap", "torch"), default="cheap",
+                   help="cheap: dropout keep-masks from a quarter of the random numbers on CPUs (the same Bernoulli "
+                        "masks; a tiny bf16 RTD step 1.12-1.16x faster: experiments/cpu-dropout); torch: torch's "
+                        "dropout. On GPUs both are torch's")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar; one plain line per checkpoint (--save-every) instead, for logs")
     p.add_argument("--no-export", action="store_true", help="do not write OUT/bundle at the end")
@@ -145,6 +159,7 @@ def cmd_pretrain(args) -> int:
         gen_temperature=args.gen_temperature,
         warmup_steps=args.warmup_steps, log_every=args.log_every,
         save_every=args.save_every, keep=args.keep, cache_dir=args.cache_dir, compile=args.compile,
+        attention=args.attention, dropout_masks=args.dropout_masks, micro_batch=args.micro_batch,
         export=not args.no_export, precision=args.precision, progress=not args.no_progress, init_from=args.init_from,
         gen_init=args.gen_init,
         gen_layers=args.gen_layers)

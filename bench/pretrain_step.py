@@ -10,6 +10,10 @@ hit every variant alike):
 * ``rtd-nodrop`` / ``mlm-nodrop`` (opt-in, ``--variants rtd,mlm,rtd-nodrop,mlm-nodrop``) — the same with dropout 0
   everywhere: not a recipe, a measurement of how much of the RTD/MLM time ratio is dropout's random numbers (the
   generator has its own dropout layers, and CPU Bernoulli draws cost ≈ 6–8 ns per element).
+* ``rtd-cheapdrop`` / ``mlm-cheapdrop`` (opt-in) — the same model with every dropout's keep-mask drawn by
+  ``pretrain.fastpath.CheapMaskDropout`` (a quarter of the random numbers) instead of torch's Bernoulli draws;
+  ``…-sdpa``: attention through ``F.scaled_dot_product_attention`` (``pretrain.fastpath.use_sdpa_attention``).
+  Suffixes combine: ``rtd-cheapdrop-sdpa``.
 
 Each timed step = masking + forward + backward + AdamW step. Reported: seconds per step (median), tokens/s,
 analytic GFLOP per step, ratios to MLM, and peak memory (CUDA: ``max_memory_allocated``; CPU: peak RSS of a
@@ -41,6 +45,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from models.bundle.presets import electra_config, generator_config  # noqa: E402
+from pretrain.fastpath import use_cheap_mask_dropout, use_sdpa_attention  # noqa: E402
 from pretrain.flops import (disc_head_forward_flops, encoder_forward_flops,  # noqa: E402
                             mlm_head_forward_flops, step_flops)
 from pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens  # noqa: E402
@@ -82,6 +87,13 @@ def naive_flops(d, g, B, L, M):
 
 
 def build(variant, d, g, device):
+    # suffixes, in any order after the base: -cheapdrop, -sdpa, -nodrop
+    base, *suffixes = variant.split("-")
+    unknown = set(suffixes) - {"cheapdrop", "sdpa", "nodrop"}
+    if unknown or base not in ("rtd", "mlm", "naive"):
+        raise SystemExit(f"unknown variant {variant!r}")
+    cheap, sdpa = "cheapdrop" in suffixes, "sdpa" in suffixes
+    variant = base + ("-nodrop" if "nodrop" in suffixes else "")
     if variant.endswith("-nodrop"):
         variant = variant[:-len("-nodrop")]
         nod = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -93,6 +105,10 @@ def build(variant, d, g, device):
         m = build_pretrainer("mlm", d, g)
     else:
         m = NaiveRTD(d, g)
+    if cheap:
+        use_cheap_mask_dropout(m)
+    if sdpa:
+        use_sdpa_attention(m)
     m = m.to(device).train()
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=device.type == "cuda")
     return m, opt
@@ -267,12 +283,12 @@ def main() -> int:
         result["rtd_vs_naive_time"] = rows["rtd"]["s_per_step"] / rows["naive"]["s_per_step"]
     print(f"pretrain step, size {args.size}, batch {B}×{L}, vocab {V}, {device}, bf16={bf16}, "
           f"{torch.get_num_threads()} threads, median of {args.steps} interleaved steps")
-    print(f"{'variant':8} {'s/step':>8} {'tokens/s':>10} {'GFLOP/step':>11} {'GFLOP/s':>8} {'× MLM':>6} "
+    print(f"{'variant':20} {'s/step':>8} {'tokens/s':>10} {'GFLOP/step':>11} {'GFLOP/s':>8} {'× MLM':>6} "
           f"{'peak MiB':>9}")
     for v, r in rows.items():
         pm = f"{r['peak_mem_mib']:.0f}" if r["peak_mem_mib"] else "-"
         tv = f"{r['time_vs_mlm']:.2f}" if r["time_vs_mlm"] else "-"
-        print(f"{v:8} {r['s_per_step']:8.3f} {r['tokens_per_s']:10,.0f} {r['gflop_per_step']:11.1f} "
+        print(f"{v:20} {r['s_per_step']:8.3f} {r['tokens_per_s']:10,.0f} {r['gflop_per_step']:11.1f} "
               f"{r['achieved_gflop_s']:8.1f} {tv:>6} {pm:>9}")
     if "rtd_vs_naive_time" in result:
         print(f"RTD / naive RTD step time: {result['rtd_vs_naive_time']:.2f}")

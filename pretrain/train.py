@@ -39,6 +39,7 @@ from models.training.pretrain_health import verdict
 from . import checkpoint as ck
 from .data import PackedSequences, build_token_cache, file_sha256
 from .diagnostics import probe_batch, run_probe
+from .fastpath import resolve_attention, use_cheap_mask_dropout, use_sdpa_attention
 from .flops import expected_masked, step_flops
 from .masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
 from .model import OBJECTIVES, RTD_OBJECTIVES, build_pretrainer
@@ -154,6 +155,46 @@ def resolve_precision(precision: str, device_type: str) -> str:
     return precision
 
 
+def _use_fast_modules(model, cfg: "PretrainConfig", device) -> None:
+    """Swap in the fast paths chosen by ``cfg`` (pretrain/fastpath.py): SDPA attention, cheaper CPU dropout masks.
+    Neither adds parameters, so checkpoints and exported bundles are the same either way."""
+    if cfg.micro_batch is not None and cfg.micro_batch < 1:
+        raise DenkiError(f"--micro-batch {cfg.micro_batch}: give a number of sequences ≥ 1")
+    if resolve_attention(cfg.attention, device.type) == "sdpa":
+        use_sdpa_attention(model)
+    if cfg.dropout_masks == "cheap":
+        use_cheap_mask_dropout(model)
+    elif cfg.dropout_masks != "torch":
+        raise DenkiError(f"--dropout-masks {cfg.dropout_masks!r}: choose cheap or torch")
+
+
+def _forward_backward(train_model, amp, ids, mk, am, micro: int | None = None) -> dict:
+    """Forward (under ``amp``) and backward of one batch (``ids``, ``mk``, ``am``: ``(B, L)``), in chunks of
+    ``micro`` rows (gradient accumulation; None = the whole batch at once). Each chunk's loss is weighted by its
+    share of the rows — exactly the whole batch's loss when the rows hold equal numbers of masked and non-pad tokens,
+    as packed sequences do (all but the last of an epoch); the [CLS] contrast (``--cls-contrast``) then draws its
+    in-batch negatives from the chunk. Returns the outputs detached: losses row-weighted, counts summed."""
+    import contextlib
+
+    B = ids.shape[0]
+    size = min(micro or B, B)
+    out: dict[str, torch.Tensor] = {}
+    for start in range(0, B, size):
+        rows = slice(start, start + size)
+        w = (min(B, start + size) - start) / B
+        last = start + size >= B
+        # DDP all-reduces the gradients on the last chunk's backward only
+        sync = contextlib.nullcontext() if last or not hasattr(train_model, "no_sync") else train_model.no_sync()
+        with sync:
+            with amp:
+                res = train_model(ids[rows], mk.input_ids[rows], mk.positions[rows], am[rows])
+            (res["loss"] if w == 1 else res["loss"] * w).backward()
+        for k, v in res.items():
+            v = v.detach() * w if k in _LOSS_KEYS and w != 1 else v.detach()
+            out[k] = out[k] + v if k in out else v
+    return out
+
+
 # settings that define a run: changing any of them on resume is an error
 IDENTITY_KEYS = ("corpus_sha256", "tokenizer", "size", "objective", "batch_size", "seq_len", "lr", "seed",
                  "mask_prob", "gen_size", "disc_weight", "max_flops", "steps", "warmup_steps", "weight_decay",
@@ -214,6 +255,14 @@ class PretrainConfig:
     #: autocast precision of the forward/backward: auto | fp32 | bf16 (``resolve_precision``); master weights, the
     #: optimizer, the losses and the generator's sampling stay fp32 either way
     precision: str = "auto"
+    #: dropout keep-masks: "cheap" (pretrain.fastpath.CheapMaskDropout: a quarter of the random numbers on CPUs,
+    #: torch's dropout elsewhere) or "torch"; experiments/cpu-dropout
+    dropout_masks: str = "cheap"
+    #: sequences per forward/backward; the optimizer steps once per --batch-size (gradient accumulation, for a
+    #: batch larger than the device's memory); None = the whole batch at once
+    micro_batch: int | None = None
+    #: attention kernel: auto (sdpa on CUDA, eager on CPUs) | eager | sdpa (pretrain.fastpath.resolve_attention)
+    attention: str = "auto"
     extra: dict = field(default_factory=dict)
 
 
@@ -568,11 +617,13 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
 
     if cfg.disc_skip_special:  # an RTD objective (checked above)
         model.skip_in_disc_loss((tok.cls_id, tok.sep_id))
+    _use_fast_modules(model, cfg, device)
     train_model = model
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         train_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    eager_model = train_model
     if cfg.compile:
         train_model = torch.compile(train_model, dynamic=True)
 
@@ -625,9 +676,16 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         ids = torch.from_numpy(data.batch(step, cfg.batch_size, rank, world)).to(device)
         am = (ids != tok.pad_id).long()
         mk = mask_fn(ids)
-        with amp:
-            res = train_model(ids, mk.input_ids, mk.positions, am)
-        res["loss"].backward()
+        try:
+            res = _forward_backward(train_model, amp, ids, mk, am, cfg.micro_batch)
+        except Exception as e:  # noqa: BLE001 — a compiler failure of any kind: train on, uncompiled
+            if train_model is eager_model:
+                raise
+            print(f"pretrain: WARNING: torch.compile failed ({type(e).__name__}: {str(e)[:200]}); continuing "
+                  "without --compile", file=sys.stderr)
+            train_model = eager_model
+            optimizer.zero_grad(set_to_none=True)
+            res = _forward_backward(train_model, amp, ids, mk, am, cfg.micro_batch)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         # one small all-reduce: metrics, FLOPs (masked count) and the NaN check agree on every rank
         keys = [k for k in (*_LOSS_KEYS, *_SUM_KEYS) if k in res]

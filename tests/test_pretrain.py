@@ -3,6 +3,7 @@ NaN stop, export, CLI, DDP on gloo. Tiny sizes, short sequences, the shipped sam
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -921,3 +922,62 @@ def test_speed_is_reported_as_flop_rate_and_mfu_against_the_devices_peak(tiny_to
     assert sp["flops_per_s"] == pytest.approx(s["flops"] / sp["seconds"]) and 0 < sp["mfu"] == pytest.approx(
         sp["flops_per_s"] / sp["peak_flops"]) and "matmul" in sp["peak_source"]
     assert json.loads((out / "summary.json").read_text())["speed"]["tokens_per_s"] > 0
+
+
+# ------------------------------------------------------------------------------------------------ fast paths
+def test_a_failing_torch_compile_falls_back_to_eager_with_a_warning(tiny_tokenizer_dir, cache_dir, tmp_path,
+                                                                     monkeypatch, capsys):
+    """--compile on a machine where compiling fails (no compiler, an unsupported op): the run warns once and trains
+    on uncompiled, to the same end as a run without --compile."""
+    calls = []
+
+    def broken_compile(model, **kw):
+        def compiled(*a, **k):
+            calls.append(1)
+            raise RuntimeError("inductor: no C++ compiler")
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    s = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "c", cache_dir, steps=3, compile=True))
+    assert s["finished"] and s["steps"] == 3 and len(calls) == 1
+    assert capsys.readouterr().err.count("torch.compile failed (RuntimeError: inductor: no C++ compiler)") == 1
+    ref = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "e", cache_dir, steps=3))
+    assert s["final"]["loss"] == pytest.approx(ref["final"]["loss"], rel=1e-5)  # nothing drawn before it failed
+
+
+def test_sdpa_attention_and_torch_dropout_masks_are_options_that_train(tiny_tokenizer_dir, cache_dir, tmp_path):
+    """--attention sdpa and --dropout-masks torch run the same loop (the default masks are the cheaper ones,
+    experiments/cpu-dropout); a bad value is refused by name."""
+    for kw in ({"attention": "sdpa"}, {"dropout_masks": "torch"}):
+        s = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / next(iter(kw.values())), cache_dir, steps=2, **kw))
+        assert s["finished"] and math.isfinite(s["final"]["loss"])
+    with pytest.raises(DenkiError, match="--dropout-masks"):
+        run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "bad", cache_dir, steps=1, dropout_masks="fast"))
+
+
+def test_micro_batches_accumulate_to_the_whole_batch_step(tiny_tokenizer_dir, cache_dir, tmp_path):
+    """--micro-batch: the same batch in chunks, gradients accumulated, one optimizer step — the same losses and
+    weights as the whole batch at once (MLM, dropout 0: nothing random inside the forward; the masks are drawn for
+    the whole batch before it is chunked)."""
+    from safetensors.torch import load_file as load
+
+    runs = {}
+    for micro in (None, 2, 3):
+        out = tmp_path / f"m{micro}"
+        # fp32: under bf16 the chunks' matrix products round differently (2.5e-5 of the loss)
+        run_pretrain(_cfg(tiny_tokenizer_dir, out, cache_dir, objective="mlm", steps=3, dropout=0.0,
+                          micro_batch=micro, precision="fp32"))
+        runs[micro] = (read_metrics(out), load(next(out.glob("checkpoints/step-*/model.safetensors"))))
+    ref_rows, ref_w = runs[None]
+    for micro in (2, 3):  # 3 does not divide the batch of 4: a chunk of 3 and one of 1
+        rows, w = runs[micro]
+        for a, b in zip(ref_rows, rows, strict=True):
+            assert b["loss"] == pytest.approx(a["loss"], rel=1e-5) and b["tokens"] == a["tokens"]
+            assert b["flops"] == a["flops"]  # the same masked positions counted
+            assert b["gen_acc"] == pytest.approx(a["gen_acc"], abs=1e-9)
+        for k in ref_w:
+            assert torch.allclose(w[k], ref_w[k], atol=1e-5), k
+    s = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "rtd", cache_dir, steps=2, micro_batch=2))
+    assert s["finished"] and math.isfinite(s["final"]["loss"])
+    with pytest.raises(DenkiError, match="--micro-batch"):
+        run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "bad", cache_dir, steps=1, micro_batch=0))
