@@ -44,6 +44,15 @@ from torch import nn
 from .masking import candidate_mask
 
 
+def at_positions(x: torch.Tensor, positions: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
+    """``x`` ``(B, L, ...)`` at the masked positions → ``(M, ...)``, row-major. ``positions``: ``(B, L)`` bool;
+    ``index``: the same positions as ``(M,)`` flat indices into ``B·L`` when the caller knows them (the training loop
+    computes them on the host): then no device→host sync is needed for the output's size, as boolean indexing has."""
+    if index is None:
+        return x[positions]
+    return x.reshape(-1, *x.shape[2:]).index_select(0, index)
+
+
 def gumbel_sample(logits: torch.Tensor) -> torch.Tensor:
     """One sample per row of ``(M, V)`` logits: ``argmax(logits + Gumbel noise)`` in fp32, no gradient.
 
@@ -160,11 +169,11 @@ class RTDPretrainer(nn.Module):
     def export_model(self):
         return self.discriminator
 
-    def _generator(self, input_ids, attention_mask, positions) -> tuple[torch.Tensor, torch.Tensor]:
+    def _generator(self, input_ids, attention_mask, positions, index=None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(M, V)`` logits at the ``M`` masked positions (row-major order of ``positions``) and the generator's
         ``(B, H_gen)`` [CLS] states."""
         hidden = self.generator.electra(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        h = hidden[positions]  # (M, H_gen)
+        h = at_positions(hidden, positions, index)  # (M, H_gen)
         return self.generator.generator_lm_head(self.generator.generator_predictions(h)), hidden[:, 0]
 
     def generator_logits(self, input_ids, attention_mask, positions) -> torch.Tensor:
@@ -181,10 +190,11 @@ class RTDPretrainer(nn.Module):
         loss = (F.cross_entropy(sim, target) + F.cross_entropy(sim.T, target)) / 2
         return loss, (sim.detach().argmax(-1) == target).sum()
 
-    def forward(self, original_ids, masked_ids, positions, attention_mask) -> dict[str, torch.Tensor]:
-        """All ``(B, L)``: original ids, generator input, bool masked positions, attention mask (1 = token)."""
-        targets = original_ids[positions]                       # (M,)
-        logits, gen_cls = self._generator(masked_ids, attention_mask, positions)
+    def forward(self, original_ids, masked_ids, positions, attention_mask, index=None) -> dict[str, torch.Tensor]:
+        """All ``(B, L)``: original ids, generator input, bool masked positions, attention mask (1 = token);
+        ``index``: optionally the positions as ``(M,)`` flat indices (:func:`at_positions`)."""
+        targets = at_positions(original_ids, positions, index)  # (M,)
+        logits, gen_cls = self._generator(masked_ids, attention_mask, positions, index)
         # (M, V) fp32 once, for the loss, the sampling and the logged accuracy: under bf16 autocast the LM head's
         # output is bf16 (3 significant digits, and a CPU argmax over bf16 is 4× slower than the cast + fp32 argmax)
         logits32 = logits.float()
@@ -192,7 +202,10 @@ class RTDPretrainer(nn.Module):
         # (M,), no grad; at --gen-temperature T ≠ 1 from softmax(logits / T)
         sampled = self.sampler(logits32 / self.gen_temperature if self.gen_temperature != 1.0 else logits32)
         disc_input = original_ids.clone()
-        disc_input[positions] = sampled
+        if index is None:
+            disc_input[positions] = sampled
+        else:
+            disc_input.view(-1).index_copy_(0, index, sampled)
         # a sampled token equal to the original is labelled "original"
         nonpad = attention_mask.bool()
         labels = (disc_input != original_ids) & nonpad          # (B, L) bool
@@ -208,7 +221,7 @@ class RTDPretrainer(nn.Module):
         if self.disc_mlm_head is not None:
             # corrective MLM: the original token at every masked position, from the discriminator's view of the
             # corrupted sequence (a sampled replacement, or the original where the generator drew it)
-            dlogits = self.disc_mlm_logits(hidden[positions]).float()        # (M, V)
+            dlogits = self.disc_mlm_logits(at_positions(hidden, positions, index)).float()        # (M, V)
             disc_mlm_loss = F.cross_entropy(dlogits, targets)
             loss = loss + disc_mlm_loss
             extra = {"disc_mlm_loss": disc_mlm_loss.detach(),
@@ -267,11 +280,11 @@ class MLMPretrainer(nn.Module):
             return self.mlm.cls.predictions(hidden_at_positions)
         return self.mlm.generator_lm_head(self.mlm.generator_predictions(hidden_at_positions))
 
-    def forward(self, original_ids, masked_ids, positions, attention_mask) -> dict[str, torch.Tensor]:
-        targets = original_ids[positions]
+    def forward(self, original_ids, masked_ids, positions, attention_mask, index=None) -> dict[str, torch.Tensor]:
+        targets = at_positions(original_ids, positions, index)
         encoder = getattr(self.mlm, self.mlm.base_model_prefix)  # .electra / .bert
         hidden = encoder(input_ids=masked_ids, attention_mask=attention_mask).last_hidden_state  # (B, L, H)
-        logits = self.mlm_logits(hidden[positions]).float()  # (M, V) fp32: the loss and the accuracy (see RTD's)
+        logits = self.mlm_logits(at_positions(hidden, positions, index)).float()  # (M, V) fp32: the loss and the accuracy (see RTD's)
         loss = F.cross_entropy(logits, targets)
         with torch.no_grad():
             stats = {"n_masked": positions.sum(), "gen_correct": (logits.argmax(-1) == targets).sum(),

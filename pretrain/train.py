@@ -168,26 +168,64 @@ def _use_fast_modules(model, cfg: "PretrainConfig", device) -> None:
         raise DenkiError(f"--dropout-masks {cfg.dropout_masks!r}: choose cheap or torch")
 
 
-def _forward_backward(train_model, amp, ids, mk, am, micro: int | None = None) -> dict:
-    """Forward (under ``amp``) and backward of one batch (``ids``, ``mk``, ``am``: ``(B, L)``), in chunks of
-    ``micro`` rows (gradient accumulation; None = the whole batch at once). Each chunk's loss is weighted by its
-    share of the rows — exactly the whole batch's loss when the rows hold equal numbers of masked and non-pad tokens,
-    as packed sequences do (all but the last of an epoch); the [CLS] contrast (``--cls-contrast``) then draws its
-    in-batch negatives from the chunk. Returns the outputs detached: losses row-weighted, counts summed."""
+def _sync_each_step(device, world: int) -> bool:
+    """Read the step's outputs back every step (exact NaN stop at the step it happens) where that costs nothing —
+    a CPU, whose tensors are already on the host — or where ranks must agree each step anyway; on one GPU they are
+    summed on the device and read at log / save steps only."""
+    return device.type != "cuda" or world > 1
+
+
+def _read_back(dev_sum: torch.Tensor, keys: list[str], world: int) -> dict[str, float]:
+    """The summed ``(K,)`` outputs on the host (all-reduced over ranks; losses averaged over them)."""
+    vals = dict(zip(keys, _all_reduce(dev_sum, world).cpu().tolist()))
+    for k in _LOSS_KEYS:
+        if k in vals:
+            vals[k] /= world
+    return vals
+
+
+def _stop_if_not_finite(vals: dict[str, float], first: int, last: int, out: Path, bar) -> None:
+    """Raise (naming the last good checkpoint) if a loss summed over steps ``first``–``last`` is NaN or inf."""
+    if all(math.isfinite(vals[k]) for k in ("loss", "mlm_loss")):
+        return
+    bar.close()
+    when = f"at step {last}" if first == last else f"between steps {first} and {last}"
+    raise DenkiError(f"loss became {vals['loss']} {when} (NaN/inf); training stopped. The last good checkpoint is "
+                     f"{ck.latest_checkpoint(out) or '(none yet)'}; lower --lr or check the data, then re-run to "
+                     "resume from it")
+
+
+def _forward_backward(train_model, amp, ids, mk, pad_id: int, device, micro: int | None = None) -> dict:
+    """Forward (under ``amp``) and backward of one batch — ``ids`` and ``mk`` on the host, ``(B, L)`` — in chunks
+    of ``micro`` rows (gradient accumulation; None = the whole batch at once). Each chunk goes to ``device`` with
+    its masked positions as flat indices (``(M,)``, computed on the host: the model's gathers then never wait for
+    the device). Each chunk's loss is weighted by its share of the rows — exactly the whole batch's loss when the
+    rows hold equal numbers of masked and non-pad tokens, as packed sequences do (all but the last of an epoch);
+    the [CLS] contrast (``--cls-contrast``) then draws its in-batch negatives from the chunk. Returns the outputs
+    detached, on the device: losses row-weighted, counts summed."""
     import contextlib
 
     B = ids.shape[0]
     size = min(micro or B, B)
+    cuda = device.type == "cuda"
+
+    def to_device(t):
+        return t.pin_memory().to(device, non_blocking=True) if cuda else t
+
     out: dict[str, torch.Tensor] = {}
     for start in range(0, B, size):
         rows = slice(start, start + size)
         w = (min(B, start + size) - start) / B
         last = start + size >= B
+        chunk_ids, positions = ids[rows], mk.positions[rows]
+        index = positions.reshape(-1).nonzero().squeeze(1)  # (M,) row-major, as boolean indexing orders them
+        chunk_ids, masked, positions, index = map(to_device, (chunk_ids, mk.input_ids[rows], positions, index))
+        am = (chunk_ids != pad_id).long()
         # DDP all-reduces the gradients on the last chunk's backward only
         sync = contextlib.nullcontext() if last or not hasattr(train_model, "no_sync") else train_model.no_sync()
         with sync:
             with amp:
-                res = train_model(ids[rows], mk.input_ids[rows], mk.positions[rows], am[rows])
+                res = train_model(chunk_ids, masked, positions, am, index=index)
             (res["loss"] if w == 1 else res["loss"] * w).backward()
         for k, v in res.items():
             v = v.detach() * w if k in _LOSS_KEYS and w != 1 else v.detach()
@@ -672,12 +710,17 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         return step >= total_steps or (cfg.max_flops is not None and flops >= cfg.max_flops)
 
     model.train()
+    # on a GPU the model's outputs are summed on the device and read back only when a line is logged, a checkpoint
+    # saved or the run ends (a read-back waits for the GPU); the counts that decide FLOPs come from the host
+    sync_each_step = _sync_each_step(device, world)
+    dev_sum, first_unchecked = None, step + 1
     while not finished():
-        ids = torch.from_numpy(data.batch(step, cfg.batch_size, rank, world)).to(device)
-        am = (ids != tok.pad_id).long()
+        # the batch and its masks on the host: the masked positions (hence FLOPs) are known without the device
+        ids = torch.from_numpy(data.batch(step, cfg.batch_size, rank, world))
         mk = mask_fn(ids)
+        counts = [int(mk.positions.sum()), int((ids != tok.pad_id).sum())]  # masked, non-pad (this rank)
         try:
-            res = _forward_backward(train_model, amp, ids, mk, am, cfg.micro_batch)
+            res = _forward_backward(train_model, amp, ids, mk, tok.pad_id, device, cfg.micro_batch)
         except Exception as e:  # noqa: BLE001 — a compiler failure of any kind: train on, uncompiled
             if train_model is eager_model:
                 raise
@@ -685,34 +728,41 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
                   "without --compile", file=sys.stderr)
             train_model = eager_model
             optimizer.zero_grad(set_to_none=True)
-            res = _forward_backward(train_model, amp, ids, mk, am, cfg.micro_batch)
+            res = _forward_backward(train_model, amp, ids, mk, tok.pad_id, device, cfg.micro_batch)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        # one small all-reduce: metrics, FLOPs (masked count) and the NaN check agree on every rank
         keys = [k for k in (*_LOSS_KEYS, *_SUM_KEYS) if k in res]
-        vec = torch.stack([res[k].detach().float() for k in keys])
-        vec = _all_reduce(vec, world).cpu().tolist()
-        vals = dict(zip(keys, vec))
-        for k in _LOSS_KEYS:
-            if k in vals:
-                vals[k] /= world
-        if not all(math.isfinite(vals[k]) for k in ("loss", "mlm_loss")):
-            bar.close()
-            lastck = ck.latest_checkpoint(out)
-            raise DenkiError(f"loss became {vals['loss']} at step {step + 1} (NaN/inf); training stopped. "
-                             f"The last good checkpoint is {lastck or '(none yet)'}; lower --lr or check the data, "
-                             "then re-run to resume from it")
+        # float64: an interval's token counts can pass float32's exact integers (2^24) on a GPU
+        vec = torch.stack([res[k].detach().double() for k in keys])
+        dev_sum = vec if dev_sum is None else dev_sum + vec
+        if world > 1:  # every rank's counts, so that FLOPs, tokens and the stopping step agree on all of them
+            counts = _all_reduce(torch.tensor(counts, device=device), world).cpu().tolist()
+        if sync_each_step:
+            vals = _read_back(dev_sum, keys, world)
+            dev_sum = None
+            _stop_if_not_finite(vals, step + 1, step + 1, out, bar)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        n_masked = int(vals["n_masked"])
-        flops += step_flops(cfg.objective, disc_cfg, gen_cfg, cfg.batch_size * world, cfg.seq_len, n_masked)
-        tokens += int(vals["n_nonpad"])
-        for k, v in vals.items():
-            acc[k] = acc.get(k, 0) + v
+        flops += step_flops(cfg.objective, disc_cfg, gen_cfg, cfg.batch_size * world, cfg.seq_len, counts[0])
+        tokens += counts[1]
         acc_steps += 1
-        acc_tokens += int(vals["n_nonpad"])
+        acc_tokens += counts[1]
         bar.update(1)
+        # a step that logs, saves (and probes) or ends the run: the same on every rank
+        boundary = (step % cfg.log_every == 0 or step % cfg.save_every == 0 or finished()
+                    or (stop_after is not None and step >= stop_after))
+        if sync_each_step:
+            for k, v in vals.items():
+                acc[k] = acc.get(k, 0) + v
+        elif boundary:
+            # the interval's sums, checked before anything is probed, logged or saved
+            vals = _read_back(dev_sum, keys, world)
+            dev_sum = None
+            _stop_if_not_finite(vals, first_unchecked, step, out, bar)
+            for k, v in vals.items():
+                acc[k] = acc.get(k, 0) + v
+            first_unchecked = step + 1
         diag = None
         if main and (step % cfg.save_every == 0 or finished()):
             with amp:

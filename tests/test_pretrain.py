@@ -981,3 +981,50 @@ def test_micro_batches_accumulate_to_the_whole_batch_step(tiny_tokenizer_dir, ca
     assert s["finished"] and math.isfinite(s["final"]["loss"])
     with pytest.raises(DenkiError, match="--micro-batch"):
         run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "bad", cache_dir, steps=1, micro_batch=0))
+
+
+def test_outputs_read_back_at_log_steps_only_log_what_a_per_step_read_back_does(tiny_tokenizer_dir, cache_dir,
+                                                                               tmp_path, monkeypatch):
+    """On one GPU the step's outputs are summed on the device and read back at log / save steps only
+    (``_sync_each_step``); forced here on CPU, the logged lines and the weights are those of the per-step path."""
+    import pretrain.train as train
+    from safetensors.torch import load_file as load
+
+    def run(name):
+        out = tmp_path / name
+        run_pretrain(_cfg(tiny_tokenizer_dir, out, cache_dir, steps=7, log_every=3, save_every=7))
+        return read_metrics(out), load(next(out.glob("checkpoints/step-*/model.safetensors")))
+
+    every_rows, every_w = run("every")
+    monkeypatch.setattr(train, "_sync_each_step", lambda device, world: False)
+    late_rows, late_w = run("late")
+    assert [r["step"] for r in late_rows] == [r["step"] for r in every_rows] == [3, 6, 7]
+    for a, b in zip(every_rows, late_rows):
+        for k, v in a.items():
+            if k not in ("tokens_per_s", "flops_per_s", "mfu", "wall_s", "lr") and isinstance(v, float):
+                assert b[k] == pytest.approx(v, rel=1e-12, abs=1e-12), (a["step"], k)
+        assert (b["tokens"], b["flops"]) == (a["tokens"], a["flops"])
+    assert all(torch.equal(every_w[k], late_w[k]) for k in every_w)
+
+
+def test_a_late_read_back_still_stops_on_nan_before_saving(tiny_tokenizer_dir, cache_dir, tmp_path, monkeypatch):
+    """Read back only at log / save steps, a NaN at step 3 is caught at step 4, before step 4 is saved: the error
+    names the steps and the last good checkpoint."""
+    import pretrain.train as train
+
+    orig = RTDPretrainer.forward
+    calls = {"n": 0}
+
+    def poisoned(self, *a, **kw):
+        out = orig(self, *a, **kw)
+        calls["n"] += 1
+        if calls["n"] >= 3:
+            out["loss"] = out["loss"] * float("nan")
+        return out
+
+    monkeypatch.setattr(RTDPretrainer, "forward", poisoned)
+    monkeypatch.setattr(train, "_sync_each_step", lambda device, world: False)
+    cfg = _cfg(tiny_tokenizer_dir, tmp_path / "nan", cache_dir, save_every=2, log_every=4)
+    with pytest.raises(DenkiError, match=r"between steps 3 and 4 \(NaN/inf\).*step-00000002"):
+        run_pretrain(cfg)
+    assert [p.name for p in ck.list_checkpoints(cfg.out)] == ["step-00000002"]
