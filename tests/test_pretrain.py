@@ -600,18 +600,23 @@ def test_resume_after_kill_gives_identical_parameters_and_export_loads(tiny_toke
         run_pretrain(replace(a, size="small"))
 
 
-def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_tokenizer_dir, cache_dir, tmp_path, monkeypatch):
+def _poison_loss_from_call(monkeypatch, first: int) -> None:
+    """Make ``RTDPretrainer.forward`` return a NaN loss from its ``first``-th call on."""
     orig = RTDPretrainer.forward
     calls = {"n": 0}
 
     def poisoned(self, *a, **kw):
         out = orig(self, *a, **kw)
         calls["n"] += 1
-        if calls["n"] >= 3:
+        if calls["n"] >= first:
             out["loss"] = out["loss"] * float("nan")
         return out
 
     monkeypatch.setattr(RTDPretrainer, "forward", poisoned)
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_tokenizer_dir, cache_dir, tmp_path, monkeypatch):
+    _poison_loss_from_call(monkeypatch, 3)
     cfg = _cfg(tiny_tokenizer_dir, tmp_path / "nan", cache_dir, save_every=2)
     with pytest.raises(DenkiError, match=r"NaN.*step-00000002"):
         run_pretrain(cfg)
@@ -1012,17 +1017,7 @@ def test_a_late_read_back_still_stops_on_nan_before_saving(tiny_tokenizer_dir, c
     names the steps and the last good checkpoint."""
     import pretrain.train as train
 
-    orig = RTDPretrainer.forward
-    calls = {"n": 0}
-
-    def poisoned(self, *a, **kw):
-        out = orig(self, *a, **kw)
-        calls["n"] += 1
-        if calls["n"] >= 3:
-            out["loss"] = out["loss"] * float("nan")
-        return out
-
-    monkeypatch.setattr(RTDPretrainer, "forward", poisoned)
+    _poison_loss_from_call(monkeypatch, 3)
     monkeypatch.setattr(train, "_sync_each_step", lambda device, world: False)
     cfg = _cfg(tiny_tokenizer_dir, tmp_path / "nan", cache_dir, save_every=2, log_every=4)
     with pytest.raises(DenkiError, match=r"between steps 3 and 4 \(NaN/inf\).*step-00000002"):
