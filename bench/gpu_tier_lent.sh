@@ -10,7 +10,8 @@
 #   DRY=1 bash bench/gpu_tier_lent.sh mfu|small   # here, on CPU: the same chain, tiny-sized (GPU_DIR=a folder
 #                                                 # laid out like .gpu, e.g. with slices of the data, instead)
 #
-# `mfu` (issue 49): bench/pretrain_mfu.py runs the real `denki pretrain` (bf16, --compile, SDPA attention) for
+# `mfu` (issue 49): first 30 steps of tiny ELECTRA through torchrun (world 1: the DDP + NCCL path) → ddp-log.txt;
+# then bench/pretrain_mfu.py runs the real `denki pretrain` (bf16, --compile, SDPA attention) for
 # SECONDS_PER_SIZE (60) per size and reports the median MFU of its logged intervals → $OUT/mfu.json. `small` then
 # pretrains ELECTRA-Small for PRETRAIN_SECONDS (default 240) worth of FLOPs at the FLOP/s the Small MFU run measured
 # (batch SMALL_BATCH, default the paper's 128), exports it and fine-tunes livedoor titles with SEEDS seeds; the
@@ -71,6 +72,12 @@ mfu|small)
   C="$D/corpus_manpages_ja.txt.gz $D/corpus_wiki_ja.txt.gz"
   DRYARGS=(); [ -n "${DRY:-}" ] && DRYARGS=(--dry-run --sizes tiny)
   set +e
+  # the DDP path through torchrun (NCCL on CUDA; gloo in a DRY run): world 1, 30 steps of tiny ELECTRA
+  $PY -m torch.distributed.run --standalone --nproc_per_node 1 -m app.cli pretrain --corpus $C --tokenizer $G/tok \
+    --size tiny --objective electra --steps 30 --batch-size 32 --log-every 10 --save-every 30 --no-export \
+    --no-progress --cache-dir /tmp/mfu/cache --out /tmp/ddp1 > "$OUT/ddp-log.txt" 2>&1
+  echo "torchrun world 1: exit $? ($(grep -c '"step"' /tmp/ddp1/metrics.jsonl 2>/dev/null) metrics lines;" \
+    "$(grep -o 'DDP over [a-z]*' "$OUT/ddp-log.txt"))" | tee -a "$OUT/log.txt"
   $PY bench/pretrain_mfu.py --corpus $C --tokenizer $G/tok --out /tmp/mfu --seconds "${SECONDS_PER_SIZE:-60}" \
     "${DRYARGS[@]}" 2>&1 | tee "$OUT/mfu-log.txt"
   cp /tmp/mfu/mfu.json "$OUT/" 2>/dev/null

@@ -33,8 +33,9 @@ def cheap_keep_mask(shape: torch.Size | tuple[int, ...], p: float, device=None,
     n = 1
     for s in shape:
         n *= int(s)
-    draws = torch.randint(-2**63, 2**63 - 1, ((n + _LANES - 1) // _LANES,), dtype=torch.int64, device=device,
-                          generator=generator)
+    # empty + random_ rather than randint: the same draws, and torch.compile accepts a symbolic size for it
+    draws = torch.empty((n + _LANES - 1) // _LANES, dtype=torch.int64, device=device).random_(
+        -2**63, 2**63 - 1, generator=generator)
     return (draws.view(torch.int16)[:n] < keep_threshold(p)).view(shape)
 
 

@@ -315,26 +315,36 @@ def _init_distributed(device_name: str):
 
     rank, world, local = _dist_env()
     device = pick_device(device_name)
-    if world > 1:
+    # torchrun with one process still takes the distributed path (process group, DDP), so that a one-GPU machine
+    # can prove it; a plain `denki pretrain` does not
+    if world > 1 or "TORCHELASTIC_RUN_ID" in os.environ:
         import torch.distributed as dist
 
         if not dist.is_initialized():
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+            if rank == 0:
+                print(f"pretrain: DDP over {dist.get_backend()}, {world} process(es)", file=sys.stderr)
         if device.type == "cuda":
             device = torch.device("cuda", local)
             torch.cuda.set_device(device)
     return rank, world, device
 
 
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
 def _barrier(world: int) -> None:
-    if world > 1:
+    if world > 1 or _distributed():
         import torch.distributed as dist
 
         dist.barrier()
 
 
 def _all_reduce(t: torch.Tensor, world: int) -> torch.Tensor:
-    if world > 1:
+    if world > 1 or _distributed():
         import torch.distributed as dist
 
         dist.all_reduce(t)
@@ -657,7 +667,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
         model.skip_in_disc_loss((tok.cls_id, tok.sep_id))
     _use_fast_modules(model, cfg, device)
     train_model = model
-    if world > 1:
+    if world > 1 or _distributed():
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         train_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
