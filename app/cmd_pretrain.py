@@ -50,7 +50,8 @@ def register(sub) -> None:
     p.add_argument("--micro-batch", type=int, default=None, metavar="N",
                    help="sequences per forward/backward when --batch-size does not fit the device's memory: the "
                         "gradients of batch/N chunks are accumulated and the optimizer steps once per --batch-size "
-                        "(same training, up to float rounding; default: the whole batch at once)")
+                        "(same training, up to float rounding; default: the whole batch at once, halved by itself "
+                        "whenever a pass runs out of GPU memory)")
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--lr", type=float, default=None,
                    help="peak learning rate (default: tiny 1e-3 for mlm; tiny electra 1e-3 for a run of ≥ 1,000 steps "

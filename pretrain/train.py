@@ -168,6 +168,14 @@ def _use_fast_modules(model, cfg: "PretrainConfig", device) -> None:
         raise DenkiError(f"--dropout-masks {cfg.dropout_masks!r}: choose cheap or torch")
 
 
+def _smaller_micro_batch(current: int) -> int:
+    """Half the sequences per pass after an out-of-memory error; an error when one sequence does not fit."""
+    if current <= 1:
+        raise DenkiError("out of memory with one sequence per forward/backward: lower --seq-len or use a smaller "
+                         "--size")
+    return (current + 1) // 2
+
+
 def _sync_each_step(device, world: int) -> bool:
     """Read the step's outputs back every step (exact NaN stop at the step it happens) where that costs nothing —
     a CPU, whose tensors are already on the host — or where ranks must agree each step anyway; on one GPU they are
@@ -724,21 +732,31 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     # saved or the run ends (a read-back waits for the GPU); the counts that decide FLOPs come from the host
     sync_each_step = _sync_each_step(device, world)
     dev_sum, first_unchecked = None, step + 1
+    micro = cfg.micro_batch  # halved on an out-of-memory error
     while not finished():
         # the batch and its masks on the host: the masked positions (hence FLOPs) are known without the device
         ids = torch.from_numpy(data.batch(step, cfg.batch_size, rank, world))
         mk = mask_fn(ids)
         counts = [int(mk.positions.sum()), int((ids != tok.pad_id).sum())]  # masked, non-pad (this rank)
-        try:
-            res = _forward_backward(train_model, amp, ids, mk, tok.pad_id, device, cfg.micro_batch)
-        except Exception as e:  # noqa: BLE001 — a compiler failure of any kind: train on, uncompiled
-            if train_model is eager_model:
-                raise
-            print(f"pretrain: WARNING: torch.compile failed ({type(e).__name__}: {str(e)[:200]}); continuing "
-                  "without --compile", file=sys.stderr)
-            train_model = eager_model
-            optimizer.zero_grad(set_to_none=True)
-            res = _forward_backward(train_model, amp, ids, mk, tok.pad_id, device, cfg.micro_batch)
+        while True:  # one batch; tried again, the same masks, after either of the two fallbacks below
+            try:
+                res = _forward_backward(train_model, amp, ids, mk, tok.pad_id, device, micro)
+                break
+            except torch.OutOfMemoryError:
+                # the batch scaled to the device: fewer sequences per pass, gradients accumulated (same training)
+                optimizer.zero_grad(set_to_none=True)
+                micro = _smaller_micro_batch(micro or cfg.batch_size)
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                print(f"pretrain: out of memory; continuing with --micro-batch {micro} (gradients of the "
+                      f"{cfg.batch_size}-sequence batch accumulated)", file=sys.stderr)
+            except Exception as e:  # noqa: BLE001 — a compiler failure of any kind: train on, uncompiled
+                if train_model is eager_model:
+                    raise
+                print(f"pretrain: WARNING: torch.compile failed ({type(e).__name__}: {str(e)[:200]}); continuing "
+                      "without --compile", file=sys.stderr)
+                train_model = eager_model
+                optimizer.zero_grad(set_to_none=True)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         keys = [k for k in (*_LOSS_KEYS, *_SUM_KEYS) if k in res]
         # float64: an interval's token counts can pass float32's exact integers (2^24) on a GPU
@@ -816,7 +834,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     init_flops = init_rec.get("flops") if init_rec else None
     summary = {"finished": True, "objective": cfg.objective, "size": "init" if init_rec else cfg.size,
                "steps": step, "tokens": tokens, "flops": flops, "max_flops": cfg.max_flops, "wall_s": wall,
-               "world_size": world, "precision": precision,
+               "world_size": world, "precision": precision, "micro_batch": micro,
                # this session's speed (a resumed run: since the resume), against the device's peak
                "speed": _speed(flops - flops_at_start, tokens - tokens_at_start, time.perf_counter() - t_start,
                                peak, peak_source),

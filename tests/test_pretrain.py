@@ -18,7 +18,7 @@ from pretrain import checkpoint as ck
 from pretrain.data import PackedSequences, build_token_cache
 from pretrain.flops import step_flops
 from pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
-from pretrain.model import RTDPretrainer, build_pretrainer, gumbel_sample, inverse_cdf_sample
+from pretrain.model import MLMPretrainer, RTDPretrainer, build_pretrainer, gumbel_sample, inverse_cdf_sample
 from pretrain.runlog import read_metrics
 from pretrain.train import PretrainConfig, run_pretrain
 
@@ -1063,3 +1063,32 @@ def test_torchrun_with_one_process_takes_the_ddp_path(tiny_tokenizer_dir, cache_
     assert r.returncode == 0, r.stderr[-2000:]
     assert "DDP over gloo, 1 process(es)" in r.stderr
     assert json.loads((out / "summary.json").read_text())["steps"] == 3
+
+
+def test_out_of_memory_halves_the_sequences_per_pass_and_trains_the_same(tiny_tokenizer_dir, cache_dir, tmp_path,
+                                                                        monkeypatch, capsys):
+    """The batch scaled to the device: when a pass runs out of memory, the run goes on with half the sequences per
+    pass (gradients accumulated, the same masks) — the same training as asking for that --micro-batch."""
+    orig = MLMPretrainer.forward
+
+    def small_device(self, original_ids, *a, **kw):
+        if original_ids.shape[0] > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return orig(self, original_ids, *a, **kw)
+
+    asked = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "asked", cache_dir, objective="mlm", steps=3,
+                              micro_batch=2))
+    monkeypatch.setattr(MLMPretrainer, "forward", small_device)
+    capsys.readouterr()
+    scaled = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "scaled", cache_dir, objective="mlm", steps=3))
+    assert capsys.readouterr().err.count("out of memory; continuing with --micro-batch 2") == 1
+    assert scaled["micro_batch"] == 2 and asked["micro_batch"] == 2
+    for a, b in zip(read_metrics(tmp_path / "asked"), read_metrics(tmp_path / "scaled"), strict=True):
+        assert b["loss"] == a["loss"] and b["flops"] == a["flops"]
+
+    def no_memory(self, *a, **kw):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(MLMPretrainer, "forward", no_memory)
+    with pytest.raises(DenkiError, match="one sequence per forward/backward"):
+        run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "none", cache_dir, objective="mlm", steps=1))
