@@ -113,8 +113,8 @@ def register(sub) -> None:
                         "sdpa was 0.81x the tiny bf16 step: experiments/cpu-dropout)")
     p.add_argument("--dropout-masks", choices=("cheap", "torch"), default="cheap",
                    help="cheap: dropout keep-masks from a quarter of the random numbers on CPUs (the same Bernoulli "
-                        "masks; a tiny bf16 RTD step 1.11-1.16x faster on an idle core: experiments/cpu-dropout); torch: torch's "
-                        "dropout. On GPUs both are torch's")
+                        "masks; a tiny bf16 RTD step 1.11-1.16x faster on an idle core: experiments/cpu-dropout); "
+                        "torch: torch's dropout. On GPUs both are torch's")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar; one plain line per checkpoint (--save-every) instead, for logs")
     p.add_argument("--no-export", action="store_true", help="do not write OUT/bundle at the end")
