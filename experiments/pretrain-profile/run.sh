@@ -3,12 +3,30 @@
 # (batch 32 x 128, vocabulary 8,000) — tiny and Small, fp32 and bf16, 1 thread then 2 threads (thread scaling),
 # then torch.profiler over a few steps (operators by self time, the share of matrix products). Needs both cores
 # quiet (about 4 minutes). → experiments/pretrain-profile/*.json and log.txt
+#   bash run.sh defaults   today's default step instead (bf16 + the cheaper dropout masks, variant rtd-cheapdrop):
+#                          → {size}-bf16-cheap-{t1,t2,profile}.json, cpu-defaults.txt and log-defaults.txt
 set -euo pipefail
+MODE=${1:-all}
 cd "$(dirname "$0")/../.."
 export HF_HUB_OFFLINE=1 MKL_NUM_THREADS=2
 OUT=experiments/pretrain-profile; PY=${PY:-.venv/bin/python}
 { grep -m1 'model name' /proc/cpuinfo; grep -m1 flags /proc/cpuinfo; echo "load: $(cat /proc/loadavg)"
-  git log -1 --format='commit %h %s'; } > "$OUT/cpu.txt"
+  git log -1 --format='commit %h %s'; } > "$OUT/cpu$([ "$MODE" = defaults ] && echo -defaults).txt"
+if [ "$MODE" = defaults ]; then
+  for size in tiny small; do
+    steps=10; [ $size = small ] && steps=3
+    for t in 1 2; do
+      cpus=0; [ $t = 2 ] && cpus=0-1
+      echo "=== $size bf16 cheap masks threads $t"
+      OMP_NUM_THREADS=$t taskset -c $cpus $PY bench/pretrain_step.py --size $size --variants rtd-cheapdrop \
+          --steps $steps --threads $t --no-memory --bf16 --json "$OUT/$size-bf16-cheap-t$t.json"
+    done
+    echo "=== $size bf16 cheap masks profile (1 thread)"
+    OMP_NUM_THREADS=1 taskset -c 0 $PY bench/pretrain_step.py --size $size --variants rtd-cheapdrop --steps 1 \
+        --threads 1 --no-memory --profile $((steps / 2)) --bf16 --json "$OUT/$size-bf16-cheap-profile.json"
+  done 2>&1 | grep -v USDT | tee "$OUT/log-defaults.txt"
+  exit 0
+fi
 for size in tiny small; do
   steps=10; [ $size = small ] && steps=3
   for prec in fp32 bf16; do
