@@ -10,35 +10,30 @@ MODE=${1:-all}
 cd "$(dirname "$0")/../.."
 export HF_HUB_OFFLINE=1 MKL_NUM_THREADS=2
 OUT=experiments/pretrain-profile; PY=${PY:-.venv/bin/python}
-{ grep -m1 'model name' /proc/cpuinfo; grep -m1 flags /proc/cpuinfo; echo "load: $(cat /proc/loadavg)"
-  git log -1 --format='commit %h %s'; } > "$OUT/cpu$([ "$MODE" = defaults ] && echo -defaults).txt"
-if [ "$MODE" = defaults ]; then
-  for size in tiny small; do
-    steps=10; [ $size = small ] && steps=3
-    for t in 1 2; do
-      cpus=0; [ $t = 2 ] && cpus=0-1
-      echo "=== $size bf16 cheap masks threads $t"
-      OMP_NUM_THREADS=$t taskset -c $cpus $PY bench/pretrain_step.py --size $size --variants rtd-cheapdrop \
-          --steps $steps --threads $t --no-memory --bf16 --json "$OUT/$size-bf16-cheap-t$t.json"
-    done
-    echo "=== $size bf16 cheap masks profile (1 thread)"
-    OMP_NUM_THREADS=1 taskset -c 0 $PY bench/pretrain_step.py --size $size --variants rtd-cheapdrop --steps 1 \
-        --threads 1 --no-memory --profile $((steps / 2)) --bf16 --json "$OUT/$size-bf16-cheap-profile.json"
-  done 2>&1 | grep -v USDT | tee "$OUT/log-defaults.txt"
-  exit 0
-fi
-for size in tiny small; do
-  steps=10; [ $size = small ] && steps=3
-  for prec in fp32 bf16; do
-    flag=(); [ $prec = bf16 ] && flag=(--bf16)
-    for t in 1 2; do
-      cpus=0; [ $t = 2 ] && cpus=0-1
-      echo "=== $size $prec threads $t"
-      OMP_NUM_THREADS=$t taskset -c $cpus $PY bench/pretrain_step.py --size $size --variants rtd --steps $steps \
-          --threads $t --no-memory "${flag[@]}" --json "$OUT/$size-$prec-t$t.json"
-    done
-    echo "=== $size $prec profile (1 thread)"
-    OMP_NUM_THREADS=1 taskset -c 0 $PY bench/pretrain_step.py --size $size --variants rtd --steps 1 --threads 1 \
-        --no-memory --profile $((steps / 2)) "${flag[@]}" --json "$OUT/$size-$prec-profile.json"
+SUFFIX=""; [ "$MODE" = defaults ] && SUFFIX=-defaults
+
+# measure SIZE PRECISION VARIANT TAG: median step on 1 and 2 threads, then the profile on 1 → $OUT/SIZE-TAG-*.json
+measure() {
+  local size=$1 prec=$2 variant=$3 tag=$4 steps=10 flag=() t cpus
+  [ "$size" = small ] && steps=3
+  [ "$prec" = bf16 ] && flag=(--bf16)
+  for t in 1 2; do
+    cpus=0; [ $t = 2 ] && cpus=0-1
+    echo "=== $size $tag threads $t"
+    OMP_NUM_THREADS=$t taskset -c $cpus $PY bench/pretrain_step.py --size "$size" --variants "$variant" \
+        --steps $steps --threads $t --no-memory "${flag[@]}" --json "$OUT/$size-$tag-t$t.json"
   done
-done 2>&1 | grep -v USDT | tee "$OUT/log.txt"
+  echo "=== $size $tag profile (1 thread)"
+  OMP_NUM_THREADS=1 taskset -c 0 $PY bench/pretrain_step.py --size "$size" --variants "$variant" --steps 1 \
+      --threads 1 --no-memory --profile $((steps / 2)) "${flag[@]}" --json "$OUT/$size-$tag-profile.json"
+}
+
+{ grep -m1 'model name' /proc/cpuinfo; grep -m1 flags /proc/cpuinfo; echo "load: $(cat /proc/loadavg)"
+  git log -1 --format='commit %h %s'; } > "$OUT/cpu$SUFFIX.txt"
+for size in tiny small; do
+  if [ "$MODE" = defaults ]; then
+    measure $size bf16 rtd-cheapdrop bf16-cheap
+  else
+    for prec in fp32 bf16; do measure $size $prec rtd $prec; done
+  fi
+done 2>&1 | grep -v USDT | tee "$OUT/log$SUFFIX.txt"
