@@ -11,24 +11,24 @@ import importlib
 import os
 import sys
 
-from models.io.errors import DenkiError
+from denki.models.io.errors import DenkiError
 
 # Order = order in `denki --help`.
 COMMAND_MODULES = [
-    "app.cmd_quickstart",
-    "app.cmd_tokenizer",
-    "app.cmd_tokenize",
-    "app.cmd_import",
-    "app.cmd_checkpoints",
-    "app.cmd_pretrain",
-    "app.cmd_experiment",
-    "app.cmd_finetune",
-    "app.cmd_evaluate",
-    "app.cmd_export",
-    "app.cmd_classify",
-    "app.cmd_bench",
-    "app.cmd_demo",
-    "app.cmd_serve",
+    "denki.app.cmd_quickstart",
+    "denki.app.cmd_tokenizer",
+    "denki.app.cmd_tokenize",
+    "denki.app.cmd_import",
+    "denki.app.cmd_checkpoints",
+    "denki.app.cmd_pretrain",
+    "denki.app.cmd_experiment",
+    "denki.app.cmd_finetune",
+    "denki.app.cmd_evaluate",
+    "denki.app.cmd_export",
+    "denki.app.cmd_classify",
+    "denki.app.cmd_bench",
+    "denki.app.cmd_demo",
+    "denki.app.cmd_serve",
 ]
 
 
@@ -68,7 +68,7 @@ def _resolve_checkpoint_names(args) -> None:
     existing path nor a name is an error that lists the names."""
     from pathlib import Path
 
-    from models.bundle.checkpoints import checkpoint_names, resolve_model_arg
+    from denki.models.bundle.checkpoints import checkpoint_names, missing_hint, resolve_model_arg
 
     if getattr(args, "command", None) == "import":  # its --model may be a hub id in the local cache
         return
@@ -78,10 +78,33 @@ def _resolve_checkpoint_names(args) -> None:
             continue
         resolved = resolve_model_arg(value)
         if not Path(resolved).exists():
-            names = ", ".join(checkpoint_names()) or "none shipped"
+            names = ", ".join(checkpoint_names()) or "none here"
+            hint = missing_hint()
             raise DenkiError(f"--{key.replace('_', '-')} {value}: not found (neither a path nor a checkpoint name; "
-                             f"checkpoints: {names})")
+                             f"checkpoints: {names})" + (f"; {hint}" if hint else ""))
         setattr(args, key, resolved)
+
+
+#: a package that is not installed → the extra that brings it (pyproject.toml [project.optional-dependencies])
+EXTRA_OF = {
+    **dict.fromkeys(("torch", "transformers", "tokenizers", "huggingface_hub", "accelerate", "onnx", "optimum",
+                     "sklearn", "scipy", "matplotlib", "matplotlib_fontja"), "train"),
+    **dict.fromkeys(("fastapi", "starlette", "uvicorn", "prometheus_client", "httptools", "uvloop", "pydantic"),
+                    "serve"),
+    "gradio": "demo", "ray": "ray", "ipadic": "ipadic", "onnxruntime": "cpu",
+}
+
+
+def missing_extra_message(command: str | None, err: ModuleNotFoundError) -> str | None:
+    """What to install when a command meets a package that this install left out (None: not one of denki's)."""
+    top = (err.name or "").split(".")[0]
+    extra = EXTRA_OF.get(top)
+    if extra is None:
+        return None
+    what = f"`denki {command}`" if command else "this command"
+    fix = ("pip install 'denki[cpu]' (or 'denki[gpu]' on a CUDA machine; never both)" if extra == "cpu"
+           else f"pip install 'denki[{extra}]'")
+    return f"{what} needs {top}, which this install of denki does not include: {fix}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(func(args) or 0)
     except DenkiError as e:
         print(f"denki: error: {e}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:  # an extra left out (`pip install denki` is the runtime alone)
+        msg = missing_extra_message(getattr(args, "command", None), e)
+        if msg is None:
+            raise
+        print(f"denki: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("denki: interrupted", file=sys.stderr)

@@ -50,7 +50,7 @@ def register(sub) -> None:
 def cmd_bench_latency(args) -> int:
     from pathlib import Path
 
-    from serve.bench_latency import bench_latency, to_markdown
+    from denki.serve.bench_latency import bench_latency, to_markdown
 
     out = args.out or str(Path(args.model).resolve().parent / "bench-latency")
     res = bench_latency(args.model, out, texts=args.texts, torch_model=args.torch_model, iterations=args.iterations,
@@ -61,10 +61,10 @@ def cmd_bench_latency(args) -> int:
 
 
 def cmd_bench_pick(args) -> int:
-    from models.bundle.format import verify_bundle
-    from models.text.tokenizer import JapaneseTokenizer
-    from serve.fastpath import cpu_fingerprint, format_entry, measure, record
-    from serve.runtime import ONNX_KINDS, resolve_onnx_bundle
+    from denki.models.bundle.format import verify_bundle
+    from denki.models.text.tokenizer import JapaneseTokenizer
+    from denki.serve.fastpath import cpu_fingerprint, format_entry, measure, record
+    from denki.serve.runtime import ONNX_KINDS, resolve_onnx_bundle
 
     bundle = resolve_onnx_bundle(args.model)
     man = verify_bundle(bundle, kinds=ONNX_KINDS)  # time only files that are the ones the gate passed

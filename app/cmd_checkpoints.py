@@ -39,13 +39,13 @@ def _row(card: dict) -> list[str]:
 
 
 def cmd_checkpoints(args) -> int:
-    from models.bundle.checkpoints import checkpoint_dirs, list_checkpoints, verify_checkpoint
+    from denki.models.bundle.checkpoints import WHERE_TO_GET, checkpoint_dirs, list_checkpoints, verify_checkpoint
 
     cards = list_checkpoints()
     if args.json:
         print(json.dumps(cards, ensure_ascii=False, indent=2))
     elif not cards:
-        print("no checkpoints found in " + ", ".join(str(d) for d in checkpoint_dirs()))
+        print("no checkpoints found in " + ", ".join(str(d) for d in checkpoint_dirs()) + f"\n{WHERE_TO_GET}")
     else:
         head = ["name", "kind", "size", "params", "FLOPs", "corpus", "licence", "dev scores", "path"]
         rows = [head] + [_row(c) for c in cards]

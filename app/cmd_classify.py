@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from app.cmd_serve import BACKENDS
+from denki.app.cmd_serve import BACKENDS
 
 
 def register(sub) -> None:
@@ -43,7 +43,7 @@ def register(sub) -> None:
     c.add_argument("--checkpoint-seconds", type=float, default=2.0, metavar="S",
                    help="fsync the outputs and save the --resume state at most this often (0 = after every "
                         "window)")
-    r = c.add_argument_group("scale-out on Ray Data (optional extra: pip install -e '.[ray]')")
+    r = c.add_argument_group("scale-out on Ray Data (optional extra: pip install 'denki[ray]')")
     r.add_argument("--engine", choices=["local", "ray"], default="local",
                    help="ray: Ray Data map_batches over an actor pool (local Ray instance, or --address)")
     r.add_argument("--actors", type=int, default=None,
@@ -60,11 +60,11 @@ def register(sub) -> None:
 
 
 def cmd_classify(args) -> int:
-    from serve.batch import classify_file
+    from denki.serve.batch import classify_file
 
     if args.engine == "ray":
-        from models.io.errors import DenkiError
-        from serve.ray_batch import classify_files_ray
+        from denki.models.io.errors import DenkiError
+        from denki.serve.ray_batch import classify_files_ray
 
         if args.resume:
             raise DenkiError("--resume is for --engine local; --engine ray writes each output atomically when its "

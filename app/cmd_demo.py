@@ -22,7 +22,7 @@ def register(sub) -> None:
 
 
 def cmd_demo(args) -> int:
-    from app.demo import launch
+    from denki.app.demo import launch
 
     launch(args.classifier, args.qa, host=args.host, port=args.port, threads=args.threads, prefer=args.backend)
     return 0

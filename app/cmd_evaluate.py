@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from app.cmd_finetune import add_qa_run_options
+from denki.app.cmd_finetune import add_qa_run_options
 
 
 def register(sub) -> None:
@@ -52,14 +52,14 @@ def _register_qa(sub) -> None:
 
 
 def cmd_evaluate_classify(args) -> int:
-    from models.bundle.format import read_manifest, resolve_bundle
-    from models.classify.evaluate import evaluate_bundle
-    from models.io.fileio import atomic_write_json
+    from denki.models.bundle.format import read_manifest, resolve_bundle
+    from denki.models.classify.evaluate import evaluate_bundle
+    from denki.models.io.fileio import atomic_write_json
 
     bundle = resolve_bundle(args.model)
     fn = None
     if read_manifest(bundle).get("kind") == "onnx-classifier":
-        from serve.evaluate import onnx_logits_fn  # torch-free ONNX runtime
+        from denki.serve.evaluate import onnx_logits_fn  # torch-free ONNX runtime
 
         fn = onnx_logits_fn(bundle, device=args.device, batch_size=args.batch_size)
     elif args.threads:
@@ -78,11 +78,11 @@ def cmd_evaluate_classify(args) -> int:
 
 
 def cmd_evaluate_qa(args) -> int:
-    from models.bundle.format import read_manifest, resolve_bundle
+    from denki.models.bundle.format import read_manifest, resolve_bundle
 
     if read_manifest(resolve_bundle(args.model)).get("kind") == "onnx-qa":  # ONNX bundles: the torch-free runtime
-        from models.io.fileio import atomic_write_json
-        from serve.evaluate import evaluate_onnx_qa
+        from denki.models.io.fileio import atomic_write_json
+        from denki.serve.evaluate import evaluate_onnx_qa
 
         out, res = evaluate_onnx_qa(args.model, args.data, limit=args.max_examples,
                                     device="cpu" if args.device == "cpu" else "auto")
@@ -92,7 +92,7 @@ def cmd_evaluate_qa(args) -> int:
         if args.predictions:
             atomic_write_json(args.predictions, {q: r["answer"] for q, r in res.items()})
     else:
-        from models.qa.finetune import evaluate_qa
+        from denki.models.qa.finetune import evaluate_qa
 
         out = evaluate_qa(model=args.model, data=args.data, output_json=args.output_json,
                           predictions=args.predictions, batch_size=args.batch_size, max_examples=args.max_examples,

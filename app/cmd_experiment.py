@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from models.io.corpus import CORPUS_HELP
+from denki.models.io.corpus import CORPUS_HELP
 
 
 def register(sub) -> None:
@@ -82,7 +82,7 @@ def register(sub) -> None:
 
 
 def _objectives(text: str) -> tuple[str, ...]:
-    from models.io.errors import DenkiError
+    from denki.models.io.errors import DenkiError
 
     objs = tuple(dict.fromkeys(o.strip() for o in text.split(",") if o.strip()))
     bad = [o for o in objs if o not in ("electra", "mlm")]
@@ -93,9 +93,9 @@ def _objectives(text: str) -> tuple[str, ...]:
 
 
 def cmd_electra_vs_mlm(args) -> int:
-    from models.io.errors import DenkiError
-    from pretrain.experiment.plan import ExperimentConfig, default_data_dir, parse_budgets, parse_task
-    from pretrain.experiment.run import run_experiment
+    from denki.models.io.errors import DenkiError
+    from denki.pretrain.experiment.plan import ExperimentConfig, default_data_dir, parse_budgets, parse_task
+    from denki.pretrain.experiment.run import run_experiment
 
     data_dir = args.data_dir or default_data_dir()
     names = [t.strip() for t in args.tasks.split(",") if t.strip()] + list(args.task)

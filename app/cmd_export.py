@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from models.bundle.onnx import INT8_VARIANTS
+from denki.models.bundle.onnx import INT8_VARIANTS
 
 
 def register(sub) -> None:
@@ -34,7 +34,7 @@ def register(sub) -> None:
 
 
 def cmd_export(args) -> int:
-    from models.export.onnx import export_bundle, format_parity
+    from denki.models.export.onnx import export_bundle, format_parity
 
     man = export_bundle(args.model, args.out, optimize=args.optimize or None, quantize=args.quantize or None, fp16=args.fp16,
                         parity_data=args.parity_data, atol=args.atol, min_agreement=args.min_agreement,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from models.training.positions import POSITION_INITS
+from denki.models.training.positions import POSITION_INITS
 
 
 def register(sub) -> None:
@@ -109,7 +109,7 @@ def _register_classify(sub) -> None:
 def cmd_finetune_classify(args) -> int:
     import torch
 
-    from models.classify.finetune import FinetuneConfig, finetune
+    from denki.models.classify.finetune import FinetuneConfig, finetune
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -197,7 +197,7 @@ def _register_qa(sub) -> None:
 
 
 def cmd_finetune_qa(args) -> int:
-    from models.qa.finetune import finetune_qa
+    from denki.models.qa.finetune import finetune_qa
 
     rep = finetune_qa(model=args.model, init_random=args.init_random, tokenizer_dir=args.tokenizer,
                       train=args.train, dev=args.dev, out=args.out, max_length=args.max_length,

@@ -37,7 +37,7 @@ def cmd_import(args) -> int:
 
     # no network, whatever the environment says: hub ids resolve from the local cache only
     os.environ["HF_HUB_OFFLINE"] = "1"
-    from models.bundle.importer import import_checkpoint
+    from denki.models.bundle.importer import import_checkpoint
 
     t0 = time.perf_counter()
     m = import_checkpoint(args.model, args.out, generator=args.generator, cache_dir=args.cache_dir,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from models.io.corpus import CORPUS_HELP
+from denki.models.io.corpus import CORPUS_HELP
 
 
 def register(sub) -> None:
@@ -16,7 +16,7 @@ def register(sub) -> None:
                     "--max-flops is reached. Re-running the same command on the same --out resumes from the "
                     "newest checkpoint. Writes OUT/metrics.jsonl, "
                     "OUT/curves.png, OUT/summary.json and the model bundle OUT/bundle/. Multi-GPU: "
-                    "`torchrun --nproc_per_node N -m app.cli pretrain ...`. Continued (domain-adaptive) pretraining: "
+                    "`torchrun --nproc_per_node N -m denki.app.cli pretrain ...`. Continued (domain-adaptive) pretraining: "
                     "--init-from BUNDLE starts from a pretrained bundle (`denki import` or an earlier run) with its "
                     "tokenizer and architecture instead of --tokenizer/--size (docs/import.md).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -134,7 +134,7 @@ def register(sub) -> None:
 
 
 def cmd_pretrain(args) -> int:
-    from models.io.errors import DenkiError
+    from denki.models.io.errors import DenkiError
 
     missing = [f"--{k}" for k in ("corpus", "out") if not getattr(args, k)]
     if not args.tokenizer and not args.init_from:
@@ -143,7 +143,7 @@ def cmd_pretrain(args) -> int:
         raise DenkiError(f"pretrain needs {', '.join(missing)} (see `denki pretrain --help`)")
     import sys
 
-    from pretrain.train import PretrainConfig, default_objective, run_pretrain
+    from denki.pretrain.train import PretrainConfig, default_objective, run_pretrain
 
     objective = args.objective
     if objective is None:
@@ -194,7 +194,7 @@ def cmd_pretrain(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from pretrain.export import export_from_checkpoint
+    from denki.pretrain.export import export_from_checkpoint
 
     m = export_from_checkpoint(args.checkpoint, args.export_out, generator=args.generator or None)
     print(f"pretrain export: step {m['source']['steps']} → {args.export_out}")

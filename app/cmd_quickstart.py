@@ -37,8 +37,8 @@ DEFAULT_CHECKPOINT = "denki-electra-tiny-ja"
 
 def resolve_start(value: str) -> dict | None:
     """--from-checkpoint: the card of the checkpoint to continue from, or None (from scratch)."""
-    from models.bundle.checkpoints import checkpoint_names, find_checkpoint
-    from models.io.errors import DenkiError
+    from denki.models.bundle.checkpoints import checkpoint_names, find_checkpoint
+    from denki.models.io.errors import DenkiError
 
     if value == "none":
         return None
@@ -53,7 +53,7 @@ def resolve_start(value: str) -> dict | None:
 
 def qa_checkpoint_for(start: dict | None) -> dict | None:
     """The shipped QA checkpoint fine-tuned from the checkpoint ``start`` (its card's ``parent``), or None."""
-    from models.bundle.checkpoints import list_checkpoints
+    from denki.models.bundle.checkpoints import list_checkpoints
 
     if start is None:
         return None
@@ -117,8 +117,8 @@ def _latency_p50(bundle: Path, texts: list[str], n: int = 40) -> dict:
     """p50 of single-request latency per CPU backend (a quick look; `denki bench latency` is the full one)."""
     import numpy as np
 
-    from models.bundle.onnx import MODEL_FILES
-    from serve.runtime import Predictor
+    from denki.models.bundle.onnx import MODEL_FILES
+    from denki.serve.runtime import Predictor
 
     out = {}
     for b in ("fp32", "o2", "int8"):
@@ -144,9 +144,9 @@ def _pin_threads(n: int) -> None:
 
 
 def cmd_quickstart(args) -> int:
-    from models.bundle.format import read_manifest
-    from models.io.errors import DenkiError
-    from models.text.tokenizer import train_tokenizer
+    from denki.models.bundle.format import read_manifest
+    from denki.models.io.errors import DenkiError
+    from denki.models.text.tokenizer import train_tokenizer
 
     if args.threads < 1:
         raise DenkiError("--threads must be at least 1")
@@ -178,7 +178,7 @@ def cmd_quickstart(args) -> int:
             raise DenkiError(f"{pre_dir} holds a finished {what}, not this run's: give another --out{hint} to reuse it")
 
     def pretrain():
-        from pretrain.train import PretrainConfig, run_pretrain
+        from denki.pretrain.train import PretrainConfig, run_pretrain
 
         _pin_threads(args.threads)
 
@@ -194,7 +194,7 @@ def cmd_quickstart(args) -> int:
     cls_ctrl = out / "classifier-random-init"
 
     def finetune_classifier(init: str):
-        from models.classify.finetune import FinetuneConfig, finetune
+        from denki.models.classify.finetune import FinetuneConfig, finetune
 
         _pin_threads(args.threads)
 
@@ -220,7 +220,7 @@ def cmd_quickstart(args) -> int:
     qa_start = qa_checkpoint_for(start)
 
     def finetune_qa():
-        from models.qa.finetune import finetune_qa as run
+        from denki.models.qa.finetune import finetune_qa as run
 
         run(model=qa_start["path"] if qa_start else str(pre_dir / "bundle"), train=str(QA[0]), dev=str(QA[1]),
             out=str(qa_dir), max_length=256, doc_stride=64, epochs=3.0, seeds=1, seed=args.seed, batch_size=16,
@@ -235,7 +235,7 @@ def cmd_quickstart(args) -> int:
            (qa_dir / "bundle" / "manifest.json").is_file(), finetune_qa)
 
     def export():
-        from models.export.onnx import export_bundle, format_parity
+        from denki.models.export.onnx import export_bundle, format_parity
 
         for name, src, dst in (("router", deployed, cls_onnx), ("QA", qa_dir, qa_onnx)):
             if (dst / "manifest.json").is_file():
@@ -255,9 +255,9 @@ def cmd_quickstart(args) -> int:
     summary_path = out / "summary.json"
 
     def evaluate():
-        from models.classify.evaluate import evaluate_logits, label_indices
-        from models.io.records import read_labelled
-        from serve.evaluate import evaluate_onnx_qa, onnx_logits_fn
+        from denki.models.classify.evaluate import evaluate_logits, label_indices
+        from denki.models.io.records import read_labelled
+        from denki.serve.evaluate import evaluate_onnx_qa, onnx_logits_fn
 
         fn = onnx_logits_fn(cls_onnx)
         task = fn.predictor.task
@@ -298,7 +298,7 @@ def cmd_quickstart(args) -> int:
             "left_out": {"classifier": read_manifest(cls_onnx)["metrics"].get("left_out", []),
                          "qa": read_manifest(qa_onnx)["metrics"].get("left_out", [])},
         }
-        from models.io.fileio import atomic_write_json
+        from denki.models.io.fileio import atomic_write_json
 
         atomic_write_json(summary_path, summary)
 
@@ -312,7 +312,7 @@ def cmd_quickstart(args) -> int:
             print("[quickstart] --no-demo: start it later with "
                   f"`denki demo --classifier {cls_onnx} --qa {qa_onnx}`")
             return
-        from app.demo import launch
+        from denki.app.demo import launch
 
         launch(str(cls_onnx), str(qa_onnx), port=args.port)
 

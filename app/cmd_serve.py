@@ -9,7 +9,7 @@ import shutil
 import sys
 import tempfile
 
-from models.bundle.onnx import MODEL_FILES
+from denki.models.bundle.onnx import MODEL_FILES
 
 #: --backend choices of the commands that load a Predictor (`auto`: the recorded fastest on this CPU, else the
 #: default rule; `fastest`: measured at load); `denki classify` uses them too
@@ -30,7 +30,7 @@ WORKER_ARG_KEYS = ("classifier", "qa", "backend", "device", "threads", "batching
 
 
 def register(sub) -> None:
-    from serve.microbatch import BATCHING_RULE, DEFAULT_MAX_QUEUE_MS
+    from denki.serve.microbatch import BATCHING_RULE, DEFAULT_MAX_QUEUE_MS
 
     p = sub.add_parser(
         "serve", help="HTTP API (classify, answer, metrics) over ONNX bundles; 127.0.0.1 by default",
@@ -84,7 +84,7 @@ def register(sub) -> None:
     lim.add_argument("--retry-after", type=int, default=1, help="Retry-After seconds on 503")
     lim.add_argument("--shutdown-timeout", type=float, default=30.0,
                      help="seconds to finish in-flight requests at shutdown")
-    r = p.add_argument_group("scale-out on Ray Serve (optional extra: pip install -e '.[ray]')")
+    r = p.add_argument_group("scale-out on Ray Serve (optional extra: pip install 'denki[ray]')")
     r.add_argument("--ray", action="store_true",
                    help="deploy the same app through Ray Serve: replicas each hold the ONNX predictors")
     r.add_argument("--num-replicas", type=int, default=1, help="replicas (Ray actors) of the app")
@@ -121,7 +121,7 @@ def _workers_arg(value: str):
 
 
 def _settings(args):
-    from serve.http import ServerSettings
+    from denki.serve.http import ServerSettings
 
     batching = "off" if getattr(args, "no_batching", False) else getattr(args, "batching", "auto")
     return ServerSettings(batching=batching, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
@@ -133,10 +133,10 @@ def _settings(args):
 
 def build_app(args):
     """Load the predictors and build the app (separate from uvicorn so tests and benchmarks can reuse it)."""
-    from serve.http import create_app
-    from serve.runtime import Predictor
+    from denki.serve.http import create_app
+    from denki.serve.runtime import Predictor
 
-    from models.io.errors import DenkiError
+    from denki.models.io.errors import DenkiError
 
     if not args.classifier and not args.qa:
         raise DenkiError("give --classifier DIR and/or --qa DIR (ONNX bundles from `denki export`)")
@@ -170,13 +170,13 @@ def resolve_http(http: str) -> str:
     does the same, named here so the startup log says which one runs), else h11."""
     import importlib.util
 
-    from models.io.errors import DenkiError
+    from denki.models.io.errors import DenkiError
 
     available = importlib.util.find_spec("httptools") is not None
     if http == "auto":
         return "httptools" if available else "h11"
     if http == "httptools" and not available:
-        raise DenkiError("--http httptools: the httptools package is not installed (pip install httptools)")
+        raise DenkiError("--http httptools: the httptools package is not installed (pip install 'denki[serve]')")
     return http
 
 
@@ -184,13 +184,13 @@ def _cuda_requested(device: str) -> bool:
     """Whether the models will run on CUDA (``auto``: only if onnxruntime can really run there)."""
     if device != "auto":
         return device == "cuda"
-    from serve.runtime import _cuda_usable  # the runtime's own probe, cheap without a GPU
+    from denki.serve.runtime import _cuda_usable  # the runtime's own probe, cheap without a GPU
 
     return _cuda_usable()
 
 
 def worker_app():
-    """The app of one worker process (``uvicorn.run("app.cmd_serve:worker_app", factory=True, workers=N)``): the
+    """The app of one worker process (``uvicorn.run("denki.app.cmd_serve:worker_app", factory=True, workers=N)``): the
     command line comes from :data:`WORKER_ARGS_ENV`. A worker that cannot load its models exits with uvicorn's
     startup-failure code, so the supervisor stops instead of restarting it in a loop, and leaves the reason for
     the parent in :data:`WORKER_STATE_ENV`."""
@@ -213,9 +213,9 @@ def worker_app():
 
 def _check_bundles(args) -> None:
     """Fail in the parent, with one clear error, before any worker starts (a wrong path, a damaged bundle)."""
-    from serve.ray_setup import checked_bundle
+    from denki.serve.ray_setup import checked_bundle
 
-    from models.io.errors import DenkiError
+    from denki.models.io.errors import DenkiError
 
     if not args.classifier and not args.qa:
         raise DenkiError("give --classifier DIR and/or --qa DIR (ONNX bundles from `denki export`)")
@@ -298,7 +298,7 @@ def _run_workers(app_ref: str, workers: int, uvicorn_kw: dict) -> None:
     if not reuse_port_available(host, port):
         uvicorn.run(app_ref, factory=True, workers=workers, **uvicorn_kw, **_supervisor_kw())
         return
-    from models.io.errors import DenkiError
+    from denki.models.io.errors import DenkiError
 
     config = uvicorn.Config(app_ref, factory=True, workers=workers, **uvicorn_kw, **_supervisor_kw())
     try:
@@ -331,10 +331,10 @@ def _serve_workers(args, workers: int, uvicorn_kw: dict) -> int:
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        _run_workers("app.cmd_serve:worker_app", workers, uvicorn_kw)
+        _run_workers("denki.app.cmd_serve:worker_app", workers, uvicorn_kw)
         failure = os.path.join(state_dir, STARTUP_FAILURE_FILE)
         if os.path.exists(failure):
-            from models.io.errors import DenkiError
+            from denki.models.io.errors import DenkiError
 
             with open(failure, encoding="utf-8") as f:
                 reasons = list(dict.fromkeys(line.strip() for line in f if line.strip()))  # one line per worker
@@ -359,8 +359,8 @@ def cmd_serve(args) -> int:
         print(f"denki serve: binding {args.host} — the API has no authentication; put it behind a firewall or a "
               f"reverse proxy (docs/serving.md)", file=sys.stderr)
     if args.ray:
-        from serve.ray_serve import build_application, run_ray_serve
-        from serve.ray_setup import import_ray
+        from denki.serve.ray_serve import build_application, run_ray_serve
+        from denki.serve.ray_setup import import_ray
 
         import_ray()  # a clear error when the extra is missing, before anything is loaded
         app = build_application(args.classifier, args.qa, _settings(args), backend=args.backend, device=args.device,
@@ -368,7 +368,7 @@ def cmd_serve(args) -> int:
                                 replica_gpus=args.replica_gpus)
         return run_ray_serve(app, host=args.host, port=args.port, address=args.address,
                              temp_dir=args.ray_temp_dir, detach=args.detach)
-    from serve.microbatch import usable_cores
+    from denki.serve.microbatch import usable_cores
 
     cores = usable_cores()
     if args.workers == "auto" and (args.classifier or args.qa):

@@ -21,7 +21,7 @@ def register(sub) -> None:
 
 
 def cmd_tokenize(args) -> int:
-    from models.text.tokenize_file import tokenize_file
+    from denki.models.text.tokenize_file import tokenize_file
 
     stats = tokenize_file(args.tokenizer, args.input, args.output, max_length=args.max_length)
     print(f"tokenize: {stats['lines']} lines, {stats['tokens']} tokens "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from models.io.corpus import CORPUS_HELP
+from denki.models.io.corpus import CORPUS_HELP
 
 
 def register(sub) -> None:
@@ -36,8 +36,8 @@ def register(sub) -> None:
 def cmd_train(args) -> int:
     import time
 
-    from models.text.settings import TokenizerSettings
-    from models.text.tokenizer import train_tokenizer
+    from denki.models.text.settings import TokenizerSettings
+    from denki.models.text.tokenizer import train_tokenizer
 
     t0 = time.perf_counter()
     tok = train_tokenizer(args.corpus, args.vocab_size, limit_alphabet=args.limit_alphabet,

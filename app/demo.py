@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle.onnx import INT8_VARIANTS, MODEL_FILES
-from models.io.errors import DenkiError
-from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS, Predictor, _cuda_usable
+from denki.models.bundle.onnx import INT8_VARIANTS, MODEL_FILES
+from denki.models.io.errors import DenkiError
+from denki.serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS, Predictor, _cuda_usable
 
 HUMAN_JA = "担当者へ"
 NO_ANSWER_JA = "回答なし"
@@ -54,7 +54,7 @@ class DemoModels:
         d = self.dirs.get(kind)
         if d is None:
             return []
-        from serve.runtime import resolve_onnx_bundle
+        from denki.serve.runtime import resolve_onnx_bundle
 
         have = [b for b, f in MODEL_FILES.items() if (resolve_onnx_bundle(d) / f).is_file()]
         out = [BACKEND_LABELS[b] for b in CPU_ORDER if b in have]
@@ -171,7 +171,7 @@ def answer_question(models: DemoModels, question: str, passage: str, backend: st
 
 def score_file(models: DemoModels, path: str | None, backend: str, out_dir: str | None = None) -> tuple:
     """→ (scored file path, errors file path, summary markdown)."""
-    from serve.batch import classify_file
+    from denki.serve.batch import classify_file
 
     if not path:
         return None, None, "CSV または JSONL ファイルをアップロードしてください。"
@@ -195,7 +195,7 @@ def score_file(models: DemoModels, path: str | None, backend: str, out_dir: str 
 
 def latency_stats(history: list[dict]) -> tuple[str, object]:
     """Running p50/p95 over the session and a histogram figure."""
-    from models.io.plotting import setup_matplotlib
+    from denki.models.io.plotting import setup_matplotlib
 
     plt = setup_matplotlib()
     fig, ax = plt.subplots(figsize=(6, 2.8))

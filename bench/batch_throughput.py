@@ -95,7 +95,7 @@ def load_line() -> str:
 def make_rows(data: str, n: int, out: str, field: str) -> int:
     """Write ``n`` JSONL rows to ``out`` (.gz allowed) by cycling through ``data``'s rows with ``field`` text;
     each row gets a unique ``id``. Streams: memory stays flat whatever ``n``."""
-    from models.io.records import iter_records
+    from denki.models.io.records import iter_records
 
     base = [r[field] for _, r in iter_records(data) if isinstance(r.get(field), str) and r[field].strip()]
     if not base:
@@ -139,7 +139,7 @@ if engine == "transformers":
     rows, extra = len(texts), {}
 else:
     import onnxruntime, numpy  # imported before the clock starts (and before the RSS quarters), as a service has
-    from serve.batch import classify_file
+    from denki.serve.batch import classify_file
     kw = dict(workers=spec["workers"], threads=spec["threads"])
     if engine == "denki-sequential":
         kw = dict(workers=1, threads=1, window=spec["batch_size"], checkpoint_seconds=0)
@@ -189,7 +189,7 @@ def encoder_flops(config: dict, seq: int) -> float:
 
 def model_gflops(bundle: Path, texts: list[str], batch_size: int, window: int, rounds: int = 5) -> dict:
     """The int8 model call alone on the engine's batches (bucketed like ``denki classify``), 1 thread."""
-    from serve.runtime import Predictor
+    from denki.serve.runtime import Predictor
 
     p = Predictor(bundle, backend="int8", device="cpu", threads=1)
     cfg = json.loads((p.dir / "config.json").read_text(encoding="utf-8"))
@@ -221,7 +221,7 @@ def int8_gemm_peak(m: int = 1024, k: int = 512, n: int = 512, reps: int = 20) ->
     import onnx
     from onnx import TensorProto, helper
 
-    from models.bundle.onnx import import_ort
+    from denki.models.bundle.onnx import import_ort
 
     ort = import_ort()
     rng = np.random.default_rng(0)
@@ -289,10 +289,10 @@ def main() -> None:
     if bad:
         ap.error(f"unknown engine(s) {bad}; choose from {ENGINES}")
 
-    from models.bundle.format import read_manifest, read_task
-    from models.io.records import iter_records
-    from serve.batch import default_workers
-    from serve.runtime import resolve_onnx_bundle
+    from denki.models.bundle.format import read_manifest, read_task
+    from denki.models.io.records import iter_records
+    from denki.serve.batch import default_workers
+    from denki.serve.runtime import resolve_onnx_bundle
 
     bundle = resolve_onnx_bundle(args.model)
     task = read_task(bundle)

@@ -26,7 +26,7 @@ def main() -> None:
     import numpy as np
 
     from bench.batch_throughput import cpu_lines
-    from serve.runtime import CALL_COST_TOKENS, Predictor, length_groups
+    from denki.serve.runtime import CALL_COST_TOKENS, Predictor, length_groups
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="an onnx-classifier bundle")

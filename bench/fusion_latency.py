@@ -30,9 +30,9 @@ def _rss_mib() -> float:
 
 def main() -> None:
     from bench.batch_throughput import cpu_lines
-    from models.classify.lexical import LexicalModel
-    from models.io.records import read_labelled
-    from serve.runtime import Predictor
+    from denki.models.classify.lexical import LexicalModel
+    from denki.models.io.records import read_labelled
+    from denki.serve.runtime import Predictor
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="a fused onnx-classifier bundle (task.json has 'fusion')")

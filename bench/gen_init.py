@@ -76,9 +76,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from models.text.tokenizer import train_tokenizer
-    from pretrain.runlog import read_metrics
-    from pretrain.train import PretrainConfig, run_pretrain
+    from denki.models.text.tokenizer import train_tokenizer
+    from denki.pretrain.runlog import read_metrics
+    from denki.pretrain.train import PretrainConfig, run_pretrain
 
     torch.set_num_threads(a.threads)
     out = Path(a.out)

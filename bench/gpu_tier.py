@@ -36,9 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from models.io.fileio import atomic_write_json  # noqa: E402
-from pretrain.experiment.plan import budget_tag  # noqa: E402  (torch-free: only the stdlib and numpy)
-from pretrain.runlog import read_metrics  # noqa: E402
+from denki.models.io.fileio import atomic_write_json  # noqa: E402
+from denki.pretrain.experiment.plan import budget_tag  # noqa: E402  (torch-free: only the stdlib and numpy)
+from denki.pretrain.runlog import read_metrics  # noqa: E402
 
 
 def sh(cmd: list[str], log: list[dict], name: str) -> float:
@@ -62,8 +62,8 @@ def torch_latency(router: Path, texts: list[str], device: str, iters: int = 50) 
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from models.text.tokenizer import load_tokenizer
-    from serve.bench_latency import _inputs_of_length, _pct
+    from denki.models.text.tokenizer import load_tokenizer
+    from denki.serve.bench_latency import _inputs_of_length, _pct
 
     if (router / "bundle").is_dir():  # a fine-tuning run directory holds its bundle in bundle/
         router = router / "bundle"
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     d = Path(a.data_dir)
     corpus = [str(d / "corpus_manpages_ja.txt.gz"), str(d / "corpus_wiki_ja.txt.gz")]
-    denki = [sys.executable, "-m", "app.cli"]
+    denki = [sys.executable, "-m", "denki.app.cli"]
     cache = a.cache_dir or str(out / "cache")
     log: list[dict] = []
     t0 = time.perf_counter()

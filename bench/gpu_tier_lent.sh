@@ -73,7 +73,7 @@ mfu|small)
   DRYARGS=(); [ -n "${DRY:-}" ] && DRYARGS=(--dry-run --sizes tiny)
   set +e
   # the DDP path through torchrun (NCCL on CUDA; gloo in a DRY run): world 1, 30 steps of tiny ELECTRA
-  $PY -m torch.distributed.run --standalone --nproc_per_node 1 -m app.cli pretrain --corpus $C --tokenizer $G/tok \
+  $PY -m torch.distributed.run --standalone --nproc_per_node 1 -m denki.app.cli pretrain --corpus $C --tokenizer $G/tok \
     --size tiny --objective electra --steps 30 --batch-size 32 --log-every 10 --save-every 30 --no-export \
     --no-progress --cache-dir /tmp/mfu/cache --out /tmp/ddp1 > "$OUT/ddp-log.txt" 2>&1
   echo "torchrun world 1: exit $? ($(grep -c '"step"' /tmp/ddp1/metrics.jsonl 2>/dev/null) metrics lines;" \
@@ -91,12 +91,12 @@ print("%.3g" % (r["summary"]["flops_per_s"] * float(sys.argv[1])))' "${PRETRAIN_
   SIZE=small; [ -n "${DRY:-}" ] && SIZE=tiny
   echo "small: ELECTRA-$SIZE at $BUDGET FLOPs" | tee -a "$OUT/log.txt"
   L=/tmp/gs; rm -rf $L; mkdir -p $L
-  $PY -m app.cli pretrain --corpus $C --tokenizer $G/tok --size $SIZE --objective electra --max-flops $BUDGET \
+  $PY -m denki.app.cli pretrain --corpus $C --tokenizer $G/tok --size $SIZE --objective electra --max-flops $BUDGET \
     --batch-size "${SMALL_BATCH:-128}" --no-progress --save-every 100000000 --cache-dir /tmp/mfu/cache \
     $([ -z "${DRY:-}" ] && echo --compile) --out $L/pretrain 2>&1 | tail -n 3 | tee -a "$OUT/log.txt"
   [ -f $L/pretrain/bundle/manifest.json ] || { echo "small: pretraining failed" | tee -a "$OUT/log.txt"; exit 1; }
   for s in $(seq 0 $((${SEEDS:-3} - 1))); do
-    $PY -m app.cli finetune classify --model $L/pretrain/bundle --train $D/livedoor_train.jsonl.gz \
+    $PY -m denki.app.cli finetune classify --model $L/pretrain/bundle --train $D/livedoor_train.jsonl.gz \
       --dev $D/livedoor_dev.jsonl.gz --text-field title --seeds 1 --seed $s --threads 4 --no-progress --no-baseline \
       ${FT_ARGS:-} --out $L/ft-s$s > $L/ft-s$s.log 2>&1 &
   done
@@ -145,11 +145,11 @@ print(sys.version.split()[0], "torch", torch.__version__, "transformers", transf
     # pretraining, then SEEDS fine-tuning processes at once (one run uses ~1 % of the GPU), all under LIMIT
     export G D L BUDGET=${BUDGET:-2e15} SEEDS=${SEEDS:-3} LEVER="$*"
     timeout "${LIMIT:-300}" bash -c '
-      python3 -m app.cli pretrain --corpus $D/corpus_manpages_ja.txt.gz $D/corpus_wiki_ja.txt.gz --tokenizer $G/tok \
+      python3 -m denki.app.cli pretrain --corpus $D/corpus_manpages_ja.txt.gz $D/corpus_wiki_ja.txt.gz --tokenizer $G/tok \
         --size small --objective electra --max-flops $BUDGET --batch-size 128 --device ${DEVICE:-cuda} --no-progress \
         --save-every 100000 --cache-dir $L/cache --out $L/pretrain $LEVER || exit 1
       for s in $(seq 0 $((SEEDS - 1))); do
-        python3 -m app.cli finetune classify --model $L/pretrain/bundle --train $D/livedoor_train.jsonl.gz \
+        python3 -m denki.app.cli finetune classify --model $L/pretrain/bundle --train $D/livedoor_train.jsonl.gz \
           --dev $D/livedoor_dev.jsonl.gz --text-field title --seeds 1 --seed $s --device ${DEVICE:-cuda} \
           --threads 4 --no-progress --no-baseline ${FT_ARGS:-} --out $L/ft-s$s > $L/ft-s$s.log 2>&1 &
       done

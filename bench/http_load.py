@@ -140,7 +140,7 @@ def run_mode(args, mode: str, texts: list[str]) -> dict:
 
     port = _free_port()
     url = f"http://{HOST}:{port}"
-    cmd = [sys.executable, "-m", "app.cli", "serve", "--classifier", args.model, "--host", HOST, "--port", str(port),
+    cmd = [sys.executable, "-m", "denki.app.cli", "serve", "--classifier", args.model, "--host", HOST, "--port", str(port),
            "--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms),
            "--max-queue", str(max(2048, args.clients * args.texts_per_request * 2)), "--log-level", "warning",
            "--batching", mode, "--workers", str(args.workers)]

@@ -31,7 +31,7 @@ def main() -> int:
 
     import numpy as np
 
-    from serve.runtime import Predictor
+    from denki.serve.runtime import Predictor
 
     p = Predictor(args.model, backend=args.backend, device="cpu", threads=1)
     texts = json.loads((p.dir / "parity_sample.json").read_text(encoding="utf-8"))["texts"]
@@ -69,7 +69,7 @@ def main() -> int:
               f"{med['bound']:.3f} ms → {med['bound'] / med['plain']:.3f}× (CPU time, median of {args.calls})")
     print(f"backend: {p.describe()}")
     if args.json:
-        from models.io.fileio import atomic_write_json
+        from denki.models.io.fileio import atomic_write_json
 
         atomic_write_json(args.json, {"model": args.model, "backend": args.backend, "results": out})
     return 0

@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from models.io.fileio import atomic_write_json  # noqa: E402
-from pretrain.runlog import read_metrics  # noqa: E402
+from denki.models.io.fileio import atomic_write_json  # noqa: E402
+from denki.pretrain.runlog import read_metrics  # noqa: E402
 
 #: sequences per step on a GPU: the papers' batches for Small (128) and Base (256) fill an H100 poorly (the H200's
 #: Small run at 128 × 128 kept ~1.7 % of the chip busy: experiments/gpu-tier-h200), so the MFU runs use larger ones
@@ -56,7 +56,7 @@ def run_size(size: str, args, out: Path) -> dict:
     """Run ``denki pretrain`` at ``size`` for ``args.seconds`` and summarise its metrics."""
     run_dir = out / size
     batch = (args.batch or (CPU_BATCH if args.dry_run else GPU_BATCH)[size])
-    cmd = [sys.executable, "-m", "app.cli", "pretrain", "--corpus", *args.corpus, "--tokenizer", args.tokenizer,
+    cmd = [sys.executable, "-m", "denki.app.cli", "pretrain", "--corpus", *args.corpus, "--tokenizer", args.tokenizer,
            "--size", size, "--objective", "electra", "--steps", "1000000", "--batch-size", str(batch),
            "--seq-len", str(args.seq_len), "--device", args.device, "--log-every", str(args.log_every),
            "--save-every", "100000000", "--no-export", "--no-progress", "--cache-dir", str(out / "cache"),

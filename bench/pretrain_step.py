@@ -44,12 +44,12 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from models.bundle.presets import electra_config, generator_config  # noqa: E402
-from pretrain.fastpath import use_cheap_mask_dropout, use_sdpa_attention  # noqa: E402
-from pretrain.flops import (disc_head_forward_flops, encoder_forward_flops,  # noqa: E402
+from denki.models.bundle.presets import electra_config, generator_config  # noqa: E402
+from denki.pretrain.fastpath import use_cheap_mask_dropout, use_sdpa_attention  # noqa: E402
+from denki.pretrain.flops import (disc_head_forward_flops, encoder_forward_flops,  # noqa: E402
                             mlm_head_forward_flops, step_flops)
-from pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens  # noqa: E402
-from pretrain.model import build_pretrainer, gumbel_sample  # noqa: E402
+from denki.pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens  # noqa: E402
+from denki.pretrain.model import build_pretrainer, gumbel_sample  # noqa: E402
 
 SPECIAL = (0, 2, 3, 4)
 
@@ -221,7 +221,7 @@ def main() -> int:
         memory_child(args)
         return 0
 
-    from models.training.loop import pick_device
+    from denki.models.training.loop import pick_device
 
     device = pick_device(args.device)
     bf16 = args.bf16 or device.type == "cuda"
@@ -298,7 +298,7 @@ def main() -> int:
     if args.profile > 0:
         result["profile"] = profile_steps(variants[0], *built[variants[0]], ids, am, V, amp, args.profile, device)
     if args.json:
-        from models.io.fileio import atomic_write_json
+        from denki.models.io.fileio import atomic_write_json
 
         atomic_write_json(args.json, result)
     return 0

@@ -20,7 +20,7 @@ def main() -> None:
     import torch
 
     from bench.batch_throughput import cpu_lines
-    from pretrain.model import gumbel_sample, inverse_cdf_sample
+    from denki.pretrain.model import gumbel_sample, inverse_cdf_sample
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=620)

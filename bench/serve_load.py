@@ -167,7 +167,7 @@ def _get(port: int, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
 
 
 def start_server(args, port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "app.cli", "serve", "--host", HOST, "--port", str(port),
+    cmd = [sys.executable, "-m", "denki.app.cli", "serve", "--host", HOST, "--port", str(port),
            "--workers", str(args.workers), "--batching", args.batching, "--log-level", "warning"]
     cmd += ["--classifier", args.classifier] + (["--qa", args.qa] if args.qa else [])
     if args.max_queue_ms is not None:

@@ -61,7 +61,7 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from models.text.tokenizer import JapaneseTokenizer, train_tokenizer
+    from denki.models.text.tokenizer import JapaneseTokenizer, train_tokenizer
 
     tok_dir = Path(args.tokenizer) if args.tokenizer else REPO / "runs" / "bench-tok8k"
     if not (tok_dir / "vocab.txt").exists():

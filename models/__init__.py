@@ -12,3 +12,6 @@ Importing a package is cheap and torch-free (no ``__init__`` imports anything); 
 so that ``serve/`` (which must not import torch) can use the tokenizer, the bundle reader, the ONNX sessions and
 the decision rules. ``tests/test_layout.py`` checks the direction and that nothing imports in a circle.
 """
+
+if not __name__.startswith("denki."):  # one name per module: `models.x` and `denki.models.x` would be two copies
+    raise ImportError("import denki.models, not models (every denki module lives under the denki namespace)")

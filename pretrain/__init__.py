@@ -7,3 +7,6 @@ CPU dropout masks, SDPA attention — in :mod:`.fastpath`; speed and MFU in :mod
 
 May import: ``models/`` (never ``serve/`` or ``app/``).
 """
+
+if not __name__.startswith("denki."):  # one name per module: `pretrain.x` and `denki.pretrain.x` would be two copies
+    raise ImportError("import denki.pretrain, not pretrain (every denki module lives under the denki namespace)")

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from models.io.errors import DenkiError
-from models.io.fileio import atomic_write_json
+from denki.models.io.errors import DenkiError
+from denki.models.io.fileio import atomic_write_json
 
 STATE = "state.json"
 

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.io.errors import InputError
-from models.io.fileio import atomic_write_json
-from models.io.corpus import count_source_lines, iter_source, parse_source, source_sha256
+from denki.models.io.errors import InputError
+from denki.models.io.fileio import atomic_write_json
+from denki.models.io.corpus import count_source_lines, iter_source, parse_source, source_sha256
 
 CACHE_FORMAT = 1
 

@@ -141,7 +141,7 @@ def load_run_probe(run):
     import json
     from pathlib import Path
 
-    from models.text.tokenizer import JapaneseTokenizer
+    from denki.models.text.tokenizer import JapaneseTokenizer
 
     from .data import build_token_cache
     from .export import load_pretrainer

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from models.io.errors import DenkiError
+from denki.models.io.errors import DenkiError
 
 
 def export_bundle(model, tokenizer_dir, out_dir, *, source: dict, metrics: dict, dropout: dict | None = None,
@@ -24,9 +24,9 @@ def export_bundle(model, tokenizer_dir, out_dir, *, source: dict, metrics: dict,
     """``model``: the HF model to export (``pretrainer.export_model``). ``dropout``: the config values the bundle
     carries (default: the fine-tuning preset's; a continued run passes its checkpoint's own). ``generator``: an
     ``ElectraForMaskedLM`` saved in ``generator/`` (continued RTD). Returns the manifest."""
-    from models.bundle.importer import GENERATOR_DIR
-    from models.bundle.presets import FINETUNE_DROPOUT
-    from models.bundle.pytorch import save_bundle
+    from denki.models.bundle.importer import GENERATOR_DIR
+    from denki.models.bundle.presets import FINETUNE_DROPOUT
+    from denki.models.bundle.pytorch import save_bundle
 
     model.config.architectures = [type(model).__name__]
     # the bundle is a starting point for fine-tuning: it carries the fine-tuning dropout, not the (maybe lower)
@@ -101,7 +101,7 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
     rows = [r for r in read_metrics(run_dir) if r["step"] <= state["step"]]
     summary = {"steps": state["step"], "tokens": state["tokens"], "flops": state["flops"], "wall_s": state["wall_s"],
                "final": rows[-1] if rows else {}, "diagnostics": last_diagnostics(rows)}
-    from models.bundle.format import command_line
+    from denki.models.bundle.format import command_line
 
     init = run.get("init_from")
     init_keys = {"init_from": init, "init_flops": init.get("flops"),

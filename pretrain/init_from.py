@@ -34,7 +34,7 @@ import json
 import os
 from pathlib import Path
 
-from models.io.errors import DenkiError
+from denki.models.io.errors import DenkiError
 
 GEN_INITS = ("bundle", "copy", "random")
 
@@ -49,7 +49,7 @@ def bundle_architecture(bundle: Path) -> tuple[str, str]:
 def resolve_init(init_from: str | os.PathLike) -> tuple[Path, dict]:
     """The verified ``pretrained`` bundle and its identity record ``{"path", "sha256" (model.safetensors),
     "kind", "architecture", "flops" (pretraining FLOPs already in it, when recorded), "source"}``."""
-    from models.bundle.format import resolve_bundle, verify_bundle
+    from denki.models.bundle.format import resolve_bundle, verify_bundle
 
     bundle = resolve_bundle(init_from)
     manifest = verify_bundle(bundle, kinds=("pretrained",))
@@ -99,8 +99,8 @@ def build_from_bundle(objective: str, bundle: Path, *, gen_init: str | None = No
     new (``gen_init``, ``gen_layers``, ``new_parameters``)."""
     import transformers
 
-    from models.bundle.importer import generator_of
-    from models.bundle.presets import generator_config
+    from denki.models.bundle.importer import generator_of
+    from denki.models.bundle.presets import generator_config
 
     from .model import RTD_OBJECTIVES, MLMPretrainer, RTDPretrainer, rtd_options
 

@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.io.errors import DenkiError
-from models.io.fileio import atomic_write_json, atomic_write_text
+from denki.models.io.errors import DenkiError
+from denki.models.io.fileio import atomic_write_json, atomic_write_text
 
-from models.training.pretrain_health import verdict
+from denki.models.training.pretrain_health import verdict
 
 from . import checkpoint as ck
 from .data import PackedSequences, build_token_cache, file_sha256
@@ -319,7 +319,7 @@ def _dist_env() -> tuple[int, int, int]:
 
 
 def _init_distributed(device_name: str):
-    from models.training.loop import pick_device
+    from denki.models.training.loop import pick_device
 
     rank, world, local = _dist_env()
     device = pick_device(device_name)
@@ -451,7 +451,7 @@ def _truncate_metrics(path: Path, max_step: int) -> None:
 
 
 def plot_curves(rows: list[dict], path: str | os.PathLike, title: str = "") -> None:
-    from models.io.plotting import setup_matplotlib
+    from denki.models.io.plotting import setup_matplotlib
 
     plt = setup_matplotlib()
 
@@ -503,10 +503,10 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     """
     from tqdm.auto import tqdm
 
-    from models.bundle.pytorch import copy_tokenizer
-    from models.bundle.presets import SIZES, electra_config, generator_config
-    from models.text.tokenizer import JapaneseTokenizer
-    from models.training.loop import build_optimizer, set_seed, warmup_linear_schedule
+    from denki.models.bundle.pytorch import copy_tokenizer
+    from denki.models.bundle.presets import SIZES, electra_config, generator_config
+    from denki.models.text.tokenizer import JapaneseTokenizer
+    from denki.models.training.loop import build_optimizer, set_seed, warmup_linear_schedule
 
     from .export import export_bundle
 
@@ -527,7 +527,7 @@ def run_pretrain(cfg: PretrainConfig, *, stop_after: int | None = None) -> dict:
     init_ident: dict = {}
     lr_size = cfg.size
     if cfg.init_from:
-        from models.bundle.importer import generator_of
+        from denki.models.bundle.importer import generator_of
 
         from .init_from import bundle_architecture, default_gen_layers, resolve_init
 
@@ -876,7 +876,7 @@ class _null:
 
 
 def _source(cfg: PretrainConfig, shas, tok_fp, summary, init_record: dict | None = None) -> dict:
-    from models.bundle.format import command_line
+    from denki.models.bundle.format import command_line
 
     init = {}
     if summary.get("init_from"):
@@ -898,7 +898,7 @@ def _source(cfg: PretrainConfig, shas, tok_fp, summary, init_record: dict | None
 
 def _ensure_bundle(out: Path, summary: dict, cfg: PretrainConfig) -> None:
     """A finished run whose bundle is missing or damaged is exported again from its last checkpoint."""
-    from models.bundle.format import verify_bundle
+    from denki.models.bundle.format import verify_bundle
 
     from .export import export_from_checkpoint
 

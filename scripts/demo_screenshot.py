@@ -30,7 +30,7 @@ def main() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "demo", "--classifier", args.classifier, "--qa",
+    proc = subprocess.Popen([sys.executable, "-m", "denki.app.cli", "demo", "--classifier", args.classifier, "--qa",
                              args.qa, "--port", str(port)], cwd=REPO,
                             env=dict(os.environ, GRADIO_ANALYTICS_ENABLED="False"))
     url = f"http://127.0.0.1:{port}/"

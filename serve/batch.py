@@ -35,10 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
-from models.io.errors import DenkiError, InputError
-from models.io.fileio import atomic_write_json, sha256_file
-from models.io.textio import open_binary
-from serve.runtime import MAX_TEXT_CHARS, sorted_batches
+from denki.models.io.errors import DenkiError, InputError
+from denki.models.io.fileio import atomic_write_json, sha256_file
+from denki.models.io.textio import open_binary
+from denki.serve.runtime import MAX_TEXT_CHARS, sorted_batches
 
 ADDED = ("label", "score", "route")
 
@@ -337,9 +337,9 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
     each stage: the busiest one bounds the run)."""
     from tqdm.auto import tqdm
 
-    from models.classify.decision import HUMAN, decide
-    from serve.pipeline import run_pipeline
-    from serve.runtime import Predictor
+    from denki.models.classify.decision import HUMAN, decide
+    from denki.serve.pipeline import run_pipeline
+    from denki.serve.runtime import Predictor
 
     if batch_size < 1:
         raise DenkiError(f"batch size must be at least 1, got {batch_size}")

@@ -21,20 +21,20 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle.format import read_manifest
-from models.bundle.onnx import CPU_VARIANTS
-from models.io.errors import DenkiError
-from models.io.fileio import atomic_write_json, atomic_write_text
+from denki.models.bundle.format import read_manifest
+from denki.models.bundle.onnx import CPU_VARIANTS
+from denki.models.io.errors import DenkiError
+from denki.models.io.fileio import atomic_write_json, atomic_write_text
 
 
 def _texts(bundle: Path, texts_path: str | None, field: str) -> list[str]:
     if texts_path:
         p = Path(texts_path)
         if p.suffix in (".txt",) or p.name.endswith(".txt.gz"):
-            from models.io.textio import iter_lines
+            from denki.models.io.textio import iter_lines
 
             return [t for _, t in iter_lines(p) if t.strip()]
-        from models.io.records import iter_records
+        from denki.models.io.records import iter_records
 
         return [r[field] for _, r in iter_records(p) if isinstance(r.get(field), str) and r[field].strip()]
     sample = json.loads((bundle / "parity_sample.json").read_text(encoding="utf-8"))
@@ -70,7 +70,7 @@ def bench_latency(model_dir: str, out_dir: str, *, texts: str | None = None, tor
                   progress: bool = True) -> dict:
     from tqdm.auto import tqdm
 
-    from serve.runtime import Predictor, _cuda_usable, resolve_onnx_bundle
+    from denki.serve.runtime import Predictor, _cuda_usable, resolve_onnx_bundle
 
     bundle = resolve_onnx_bundle(model_dir)
     man = read_manifest(bundle)
@@ -217,7 +217,7 @@ def to_markdown(result: dict) -> str:
 
 
 def _plot(result: dict, path: Path) -> None:
-    from models.io.plotting import setup_matplotlib
+    from denki.models.io.plotting import setup_matplotlib
 
     plt = setup_matplotlib()
 

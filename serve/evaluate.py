@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from serve.runtime import Predictor
+from denki.serve.runtime import Predictor
 
 
 def onnx_logits_fn(bundle_dir, *, backend: str = "auto", device: str = "auto", batch_size: int = 64):
@@ -23,8 +23,8 @@ def onnx_logits_fn(bundle_dir, *, backend: str = "auto", device: str = "auto", b
 def evaluate_onnx_qa(bundle_dir, data_path, *, backend: str = "auto", device: str = "auto",
                      limit: int | None = None) -> tuple[dict, dict]:
     """SQuAD-v2 metrics of an ONNX QA bundle on a file → ``(metrics, {id: result})``."""
-    from models.qa.data import read_qa
-    from models.qa.metrics import squad_v2_metrics
+    from denki.models.qa.data import read_qa
+    from denki.models.qa.metrics import squad_v2_metrics
 
     p = Predictor(bundle_dir, backend=backend, device=device)
     data = read_qa(data_path, limit=limit)

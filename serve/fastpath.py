@@ -35,10 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle.format import read_task
-from models.bundle.onnx import CPU_VARIANTS, MODEL_FILES, cpuinfo_text, open_session, passed_gate
-from models.io.errors import DenkiError
-from models.io.fileio import atomic_write_json
+from denki.models.bundle.format import read_task
+from denki.models.bundle.onnx import CPU_VARIANTS, MODEL_FILES, cpuinfo_text, open_session, passed_gate
+from denki.models.io.errors import DenkiError
+from denki.models.io.fileio import atomic_write_json
 
 RECORD = "fastpath.json"
 FORMAT = 1

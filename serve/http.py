@@ -1,6 +1,6 @@
 """The HTTP API of ``denki serve``: FastAPI over the torch-free ONNX :class:`~serve.runtime.Predictor`.
 
-    from serve.http import ServerSettings, create_app
+    from denki.serve.http import ServerSettings, create_app
     app = create_app(classifier=Predictor("runs/quickstart/classifier-onnx"), settings=ServerSettings())
     # uvicorn.run(app, host="127.0.0.1", port=8080)
 
@@ -38,10 +38,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from models.io.errors import DenkiError
-from serve.microbatch import (DEFAULT_MAX_QUEUE_MS, DEFAULT_WAIT_MS, BatchStats, MicroBatcher, QueueFull,
+from denki.models.io.errors import DenkiError
+from denki.serve.microbatch import (DEFAULT_MAX_QUEUE_MS, DEFAULT_WAIT_MS, BatchStats, MicroBatcher, QueueFull,
                               SharedBacklog, ShuttingDown, batching_mode, default_wait_ms, resolve_batching)
-from serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS
+from denki.serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS
 
 log = logging.getLogger("denki.http")
 

@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from models.io.errors import DenkiError
+from denki.models.io.errors import DenkiError
 
 #: weight of the newest model call in the seconds-per-item estimate (about the last ten calls count)
 EWMA_ALPHA = 0.1

@@ -25,8 +25,8 @@ import json
 import time
 from pathlib import Path
 
-from models.io.errors import DenkiError, InputError
-from serve.batch import (ADDED, _finalize, _fmt, _Writer, check_text, csv_header, iter_rows, output_prefix,
+from denki.models.io.errors import DenkiError, InputError
+from denki.serve.batch import (ADDED, _finalize, _fmt, _Writer, check_text, csv_header, iter_rows, output_prefix,
                          scored_record)
 
 READ_CPUS = 0.25
@@ -81,7 +81,7 @@ class _Scorer:
     """Ray Data class UDF (one per actor): holds the ONNX predictor, scores the rows without an error."""
 
     def __init__(self, model_dir: str, backend: str, device: str, threads: int, batch_size: int):
-        from serve.runtime import Predictor
+        from denki.serve.runtime import Predictor
 
         self.predictor = Predictor(model_dir, backend=backend, device=device, threads=threads)
         self.batch_size = batch_size
@@ -170,9 +170,9 @@ def classify_files_ray(model_dir, input_pattern: str, output_dir, *, text_field:
     named after it) on Ray Data; returns totals, per-file counts and throughput (also in ``summary.json``)."""
     from tqdm.auto import tqdm
 
-    from models.bundle.format import read_task
-    from models.io.fileio import atomic_write_json
-    from serve.ray_setup import checked_bundle, connect_ray
+    from denki.models.bundle.format import read_task
+    from denki.models.io.fileio import atomic_write_json
+    from denki.serve.ray_setup import checked_bundle, connect_ray
 
     files = expand_inputs(input_pattern)
     out_dir = Path(output_dir)

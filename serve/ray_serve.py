@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from models.io.errors import DenkiError
+from denki.models.io.errors import DenkiError
 
 APP_NAME = "denki"
 
@@ -25,7 +25,7 @@ def build_application(classifier: str | None, qa: str | None, settings, *, backe
     """A Ray Serve application (``Deployment.bind()``) of the denki HTTP app over the given bundles."""
     from ray import serve
 
-    from serve.ray_setup import checked_bundle
+    from denki.serve.ray_setup import checked_bundle
 
     cls_dir = checked_bundle(classifier, "onnx-classifier") if classifier else None
     qa_dir = checked_bundle(qa, "onnx-qa") if qa else None
@@ -39,8 +39,8 @@ def build_application(classifier: str | None, qa: str | None, settings, *, backe
         device = "cuda"
 
     def build_asgi_app():  # runs on each replica: the predictors live there
-        from serve.http import create_app
-        from serve.runtime import Predictor
+        from denki.serve.http import create_app
+        from denki.serve.runtime import Predictor
 
         kw = dict(backend=backend, device=device, threads=ort_threads)
         return create_app(classifier=Predictor(cls_dir, **kw) if cls_dir else None,
@@ -65,7 +65,7 @@ def run_ray_serve(app, *, host: str = "127.0.0.1", port: int = 8080, address: st
     """Deploy ``app`` (from :func:`build_application`) and block until SIGINT/SIGTERM (or ``stop`` is set),
     then delete it; a local Ray instance started here is shut down too. ``detach`` (only with ``address``)
     leaves the application running on the cluster and returns at once."""
-    from serve.ray_setup import connect_ray
+    from denki.serve.ray_setup import connect_ray
 
     if detach and not address:
         raise DenkiError("--detach needs --address (a cluster that outlives this command)")

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.io.errors import DenkiError
+from denki.models.io.errors import DenkiError
 
 #: environment of every Ray worker (and of this process before ``import ray``)
 WORKER_ENV = {
@@ -39,8 +39,8 @@ def checked_bundle(path: str | os.PathLike, kind: str) -> str:
     """Absolute path of a verified ONNX bundle of ``kind`` (files match the manifest's sha256s). Checked on the
     driver so that a wrong path or a damaged bundle fails with a clear error before Ray starts; absolute because
     replicas and actors may run in another working directory."""
-    from models.bundle.format import verify_bundle
-    from serve.runtime import resolve_onnx_bundle
+    from denki.models.bundle.format import verify_bundle
+    from denki.serve.runtime import resolve_onnx_bundle
 
     p = Path(resolve_onnx_bundle(path)).resolve()
     verify_bundle(p, kinds=(kind,))
@@ -54,7 +54,7 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise DenkiError("the Ray engine needs the optional extra: pip install -e '.[ray]' "
+        raise DenkiError("the Ray engine needs the optional extra: pip install 'denki[ray]' "
                          "(installs ray[serve,data])") from None
     return ray
 

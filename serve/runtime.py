@@ -1,6 +1,6 @@
 """Torch-free predictor on onnxruntime: what backend services, the batch CLI and the demo call.
 
-    from serve.runtime import Predictor
+    from denki import Predictor
     p = Predictor("runs/quickstart/classifier-onnx")        # verifies every file's sha256 first
     p.classify(["ログインできません"])  # → [{"label", "score", "scores", "route"}]; route = label or "human"
     q = Predictor("runs/quickstart/qa-onnx")
@@ -22,13 +22,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
-from models.bundle.format import read_manifest, read_task, resolve_bundle, verify_bundle
-from models.bundle.onnx import MODEL_FILES, import_ort, open_session, passed_gate
-from models.io.errors import DenkiError
-from models.text.tokenizer import JapaneseTokenizer
+from denki.models.bundle.checkpoints import checkpoint_names, missing_hint, resolve_model_arg
+from denki.models.bundle.format import read_manifest, read_task, resolve_bundle, verify_bundle
+from denki.models.bundle.onnx import MODEL_FILES, import_ort, open_session, passed_gate
+from denki.models.io.errors import DenkiError
+from denki.models.text.tokenizer import JapaneseTokenizer
 
 ONNX_KINDS = ("onnx-classifier", "onnx-qa")
 MAX_TEXT_CHARS = 20_000  # an inquiry; longer input is refused with a clear message, not silently cut
@@ -78,7 +80,17 @@ def sorted_batches(lengths: Sequence[int], max_batch: int) -> list[np.ndarray]:
     return [order[a:b] for a, b in length_groups([int(lengths[i]) for i in order], max_batch)]
 
 
-resolve_onnx_bundle = resolve_bundle  # a bundle dir, or `denki export --out` holding one in bundle/
+def resolve_onnx_bundle(path: str | os.PathLike) -> Path:
+    """A bundle directory, a `denki export --out` folder holding one in ``bundle/``, or a shipped checkpoint's name
+    (as every command line option that takes a bundle accepts; the checkpoints are PyTorch bundles, so the kind check
+    that follows says to export one first)."""
+    resolved = resolve_model_arg(path)
+    if not Path(resolved).exists():
+        hint = missing_hint()
+        names = ", ".join(checkpoint_names())
+        raise DenkiError(f"{path}: not found (neither a bundle folder nor a checkpoint name"
+                         + (f"; checkpoints: {names}" if names else "") + ")" + (f"; {hint}" if hint else ""))
+    return resolve_bundle(resolved)
 
 
 class Predictor:
@@ -122,7 +134,7 @@ class Predictor:
         # a fused router (task.json "fusion"): the TF-IDF model, numpy, files checked by verify_bundle above
         self.lexical = None
         if self.kind == "onnx-classifier" and self.task.get("fusion"):
-            from models.classify.lexical import LexicalModel
+            from denki.models.classify.lexical import LexicalModel
 
             self.lexical = LexicalModel.load(self.dir)
         self.input_names = [i.name for i in self.session.get_inputs()]
@@ -147,7 +159,7 @@ class Predictor:
             return "fp16" if "fp16" in available else "fp32"
         if backend == "fastest":
             return self._measure_now()
-        from serve.fastpath import recorded_choice
+        from denki.serve.fastpath import recorded_choice
 
         picked, why = recorded_choice(self.dir, self.manifest, available, self.threads, workload=self.workload)
         if picked is not None:
@@ -164,7 +176,7 @@ class Predictor:
         return b
 
     def _measure_now(self) -> str:
-        from serve.fastpath import measure
+        from denki.serve.fastpath import measure
 
         # spinning is not timed here: it would double the sessions opened at load; `denki bench pick` times it
         entry = measure(self.dir, self.manifest, self.tokenizer, threads=self.threads, iterations=5,
@@ -228,13 +240,13 @@ class Predictor:
     def fuse(self, encoder_logits: np.ndarray, lexical_logits: np.ndarray | None) -> np.ndarray:
         """The logits the routing rule sees from the ONNX model's ``(n, K)`` (and, for a fused router, the
         lexical model's); float32."""
-        from models.classify.fusion import fused_logits
+        from denki.models.classify.fusion import fused_logits
 
         return np.asarray(fused_logits(self.task, encoder_logits, lexical_logits), dtype=np.float32)
 
     def classify(self, texts: Sequence[str], *, batch_size: int = 32) -> list[dict]:
         """``[{"label", "score", "scores", "route"}]`` per text, by the bundle's routing rule."""
-        from models.classify.decision import route
+        from denki.models.classify.decision import route
 
         if not texts:
             return []
@@ -248,7 +260,7 @@ class Predictor:
 
     def answer_batch(self, pairs: Sequence[tuple[str, str]], *, batch_size: int = 16,
                      n_best: int | None = None) -> list[dict]:
-        from models.qa.postprocess import postprocess_question
+        from denki.models.qa.postprocess import postprocess_question
 
         if self.kind != "onnx-qa":
             raise DenkiError(f"{self.dir} is a {self.kind} bundle, not a QA model")

@@ -38,7 +38,7 @@ def shared(name: str) -> Path:
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tmp_path_factory) -> Path:
     """A 4,000-token tokenizer trained on the shipped sample corpus (≈1 s)."""
-    from models.text.tokenizer import train_tokenizer
+    from denki.models.text.tokenizer import train_tokenizer
 
     out = tmp_path_factory.mktemp("tok")
     train_tokenizer([SAMPLE_CORPUS], vocab_size=4000, limit_alphabet=1500, progress=False).save(out)
@@ -47,7 +47,7 @@ def tiny_tokenizer_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_tokenizer_dir):
-    from models.text.tokenizer import JapaneseTokenizer
+    from denki.models.text.tokenizer import JapaneseTokenizer
 
     return JapaneseTokenizer.load(tiny_tokenizer_dir)
 
@@ -66,8 +66,8 @@ FLAVOURS = {
 def flavour_tokenizer_dirs(tmp_path_factory, tiny_tokenizer_dir) -> dict[str, Path]:
     """One 4,000-token tokenizer per :data:`FLAVOURS` entry, each trained with its own settings on the sample
     corpus (≈1 s each); ``unidic-lite`` is :func:`tiny_tokenizer_dir` itself."""
-    from models.text.settings import TokenizerSettings
-    from models.text.tokenizer import train_tokenizer
+    from denki.models.text.settings import TokenizerSettings
+    from denki.models.text.tokenizer import train_tokenizer
 
     out = {"unidic-lite": tiny_tokenizer_dir}
     for name, kw in FLAVOURS.items():
@@ -158,9 +158,9 @@ def classifier_bundle(tmp_path_factory, tiny_tokenizer_dir):
     import torch
     from transformers import ElectraForSequenceClassification
 
-    from models.bundle.pytorch import save_bundle
-    from models.bundle.presets import electra_config
-    from models.text.tokenizer import JapaneseTokenizer
+    from denki.models.bundle.pytorch import save_bundle
+    from denki.models.bundle.presets import electra_config
+    from denki.models.text.tokenizer import JapaneseTokenizer
 
     rows = inquiry_rows()
     labels = sorted({r["label"] for r in rows})
@@ -189,7 +189,7 @@ def classifier_bundle(tmp_path_factory, tiny_tokenizer_dir):
 
 @pytest.fixture(scope="session")
 def onnx_classifier(classifier_bundle, tmp_path_factory):
-    from models.export.onnx import export_bundle
+    from denki.models.export.onnx import export_bundle
 
     out = tmp_path_factory.mktemp("onnx") / "cls"
     export_bundle(classifier_bundle, out, optimize="O2", quantize="int8", fp16=True, min_agreement=0.8,
@@ -204,9 +204,9 @@ def qa_bundle(tmp_path_factory, tiny_tokenizer_dir):
     import torch
     from transformers import ElectraForQuestionAnswering
 
-    from models.bundle.pytorch import save_bundle
-    from models.bundle.presets import electra_config
-    from models.text.tokenizer import JapaneseTokenizer
+    from denki.models.bundle.pytorch import save_bundle
+    from denki.models.bundle.presets import electra_config
+    from denki.models.text.tokenizer import JapaneseTokenizer
 
     rows = read_jsonl(SAMPLE_QA_DEV)[:24]
     tok = JapaneseTokenizer.load(tiny_tokenizer_dir)
@@ -225,7 +225,7 @@ def qa_bundle(tmp_path_factory, tiny_tokenizer_dir):
 
 @pytest.fixture(scope="session")
 def onnx_qa(qa_bundle, tmp_path_factory):
-    from models.export.onnx import export_bundle
+    from denki.models.export.onnx import export_bundle
 
     out = tmp_path_factory.mktemp("onnx") / "qa"
     export_bundle(qa_bundle, out, optimize="O2", quantize="int8", min_agreement=0.0, max_drop=1.0, progress=False)

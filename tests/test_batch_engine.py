@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from models.io.errors import DenkiError
+from denki.models.io.errors import DenkiError
 
 from .conftest import REPO, inquiry_rows
 
@@ -55,7 +55,7 @@ def _mixed_input(path, n=90):
 
 
 def _run(onnx_classifier, inp, out, **kw):
-    from serve.batch import classify_file
+    from denki.serve.batch import classify_file
 
     kw = {"batch_size": 4, "window": 12, "progress": False, **kw}
     return classify_file(onnx_classifier, inp, out, **kw)
@@ -92,7 +92,7 @@ def test_threaded_engine_writes_the_sequential_bytes_in_order(onnx_classifier, t
 
 def test_engine_scores_match_the_predictor(onnx_classifier, tmp_path):
     """fp32 (no per-batch quantisation): each row gets what Predictor.classify gives that text alone."""
-    from serve.runtime import Predictor
+    from denki.serve.runtime import Predictor
 
     n_in, good_ids, _ = _mixed_input(tmp_path / "in.jsonl", n=40)
     _run(onnx_classifier, tmp_path / "in.jsonl", tmp_path / "o.jsonl", workers=2, backend="fp32")
@@ -106,7 +106,7 @@ def test_engine_scores_match_the_predictor(onnx_classifier, tmp_path):
 
 
 def test_output_fast_path_formats_like_scored_record():
-    from serve.batch import ADDED, _Encoder, output_prefix, scored_record
+    from denki.serve.batch import ADDED, _Encoder, output_prefix, scored_record
 
     labels, human = ["障害", "請求", 'quote"d'], "human"
     records = [{"id": 1, "text": "ログイン\nできない"}, {"text": "x", "label": "given"},
@@ -174,7 +174,7 @@ def test_resume_after_a_hard_kill_is_byte_identical(onnx_classifier, tmp_path):
     full = tmp_path / "full.csv"
     _run(onnx_classifier, tmp_path / "in.csv", full, workers=2)
     out = tmp_path / "out.csv"
-    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); import serve.batch as b\n"
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); import denki.serve.batch as b\n"
             "b._simulated_crash = lambda: os._exit(3)\n"
             "b.classify_file(sys.argv[2], sys.argv[3], sys.argv[4], batch_size=4, window=12, workers=2,"
             " checkpoint_seconds=0, stop_after_windows=5, progress=False)\n")
@@ -191,7 +191,7 @@ def test_resume_after_a_hard_kill_is_byte_identical(onnx_classifier, tmp_path):
 
 
 def test_cli_workers_and_errors(onnx_classifier, tmp_path, capsys):
-    from app.cli import main
+    from denki.app.cli import main
 
     n_in, good_ids, bad = _mixed_input(tmp_path / "in.jsonl", n=30)
     out = tmp_path / "o.jsonl"
@@ -208,7 +208,7 @@ def test_cli_workers_and_errors(onnx_classifier, tmp_path, capsys):
 
 
 def test_pipeline_order_errors_and_bounded_queues():
-    from serve.pipeline import run_pipeline
+    from denki.serve.pipeline import run_pipeline
 
     produced, consumed = [0], []
     ahead = []
@@ -257,7 +257,7 @@ def test_pipeline_order_errors_and_bounded_queues():
 
 def test_classify_file_stays_torch_free(onnx_classifier, tmp_path):
     _mixed_input(tmp_path / "in.jsonl", n=20)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from serve.batch import classify_file\n"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from denki.serve.batch import classify_file\n"
             "r = classify_file(sys.argv[2], sys.argv[3], sys.argv[4], workers=2, batch_size=4, progress=False)\n"
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]\n"
             "assert not bad, bad; print('ok', r['rows_in'])\n")

@@ -18,7 +18,7 @@ def _bench():
 
 def test_profile_of_a_tiny_rtd_step_adds_up():
     b = _bench()
-    from models.bundle.presets import electra_config, generator_config
+    from denki.models.bundle.presets import electra_config, generator_config
 
     d = electra_config("tiny", 200)
     g = generator_config(d, 0.25)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from models.bundle.checkpoints import (list_checkpoints, read_card, resolve_model_arg, verify_checkpoint,
+from denki.models.bundle.checkpoints import (list_checkpoints, read_card, resolve_model_arg, verify_checkpoint,
                                        write_sums)
-from models.io.errors import DenkiError
+from denki.models.io.errors import DenkiError
 
 SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "samples" / "corpus_ja.txt"
 SAMPLE_ROUTING = Path(__file__).resolve().parents[1] / "samples"
@@ -20,7 +20,7 @@ SAMPLE_ROUTING = Path(__file__).resolve().parents[1] / "samples"
 @pytest.fixture(scope="module")
 def stand_in(tmp_path_factory, tiny_tokenizer_dir):
     """A folder of checkpoints holding one pretrained ELECTRA (3 steps, exported with its generator)."""
-    from app.cli import main
+    from denki.app.cli import main
 
     tmp = tmp_path_factory.mktemp("ckpts")
     run = tmp / "run"
@@ -45,7 +45,7 @@ def shelf(stand_in, monkeypatch):
 
 
 def test_list_json_and_table_name_the_checkpoint(shelf, capsys):
-    from app.cli import main
+    from denki.app.cli import main
 
     assert main(["checkpoints", "--json"]) == 0
     cards = [c for c in json.loads(capsys.readouterr().out) if c["name"] == "test-electra-tiny"]
@@ -56,7 +56,7 @@ def test_list_json_and_table_name_the_checkpoint(shelf, capsys):
 
 
 def test_verify_passes_then_names_a_modified_and_an_unlisted_file(shelf, tmp_path, monkeypatch, capsys):
-    from app.cli import main
+    from denki.app.cli import main
 
     assert main(["checkpoints", "--verify"]) == 0
     assert "verify test-electra-tiny: OK" in capsys.readouterr().err
@@ -72,7 +72,7 @@ def test_verify_passes_then_names_a_modified_and_an_unlisted_file(shelf, tmp_pat
 
 
 def test_names_work_as_model_and_init_from(shelf, tmp_path, capsys):
-    from app.cli import main
+    from denki.app.cli import main
 
     assert resolve_model_arg("test-electra-tiny") == str(shelf)
     assert resolve_model_arg(str(tmp_path)) == str(tmp_path)  # an existing path stays a path
@@ -86,7 +86,7 @@ def test_names_work_as_model_and_init_from(shelf, tmp_path, capsys):
                  str(SAMPLE_ROUTING / "routing_train.jsonl"), "--dev", str(SAMPLE_ROUTING / "routing_dev.jsonl"),
                  "--out", str(tmp_path / "router"), "--epochs", "1", "--max-train-examples", "40", "--no-progress",
                  "--no-baseline"]) == 0
-    from models.bundle.format import read_manifest, resolve_bundle
+    from denki.models.bundle.format import read_manifest, resolve_bundle
 
     assert read_manifest(resolve_bundle(tmp_path / "router"))["kind"] == "classifier"
     capsys.readouterr()
@@ -109,7 +109,7 @@ def test_shipped_checkpoints_verify_and_load_in_plain_transformers(monkeypatch):
     """Every checkpoint in the repository's checkpoints/ matches its SHA256SUMS and loads with transformers."""
     from transformers import AutoModel
 
-    from models.bundle.checkpoints import SHIPPED_DIR
+    from denki.models.bundle.checkpoints import SHIPPED_DIR
 
     monkeypatch.delenv("DENKI_CHECKPOINTS", raising=False)
     cards = list_checkpoints()

@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from app.cli import main
+from denki.app.cli import main
 from .conftest import routing_rows, shared, write_split
 
 CAUSE = "原因の確認"  # the rare route (JaQuAD answer type Cause) that gets a recall floor
@@ -28,7 +28,7 @@ def split(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pretrained(tiny_tokenizer_dir, tmp_path_factory):
-    from models.bundle.pytorch import random_init_bundle
+    from denki.models.bundle.pytorch import random_init_bundle
 
     out = tmp_path_factory.mktemp("pre") / "bundle"
     random_init_bundle("tiny", tiny_tokenizer_dir, out, seed=0)
@@ -46,7 +46,7 @@ def finetuned(split, pretrained, tmp_path_factory):
 
 
 def test_finetune_writes_bundle_report_and_pngs(finetuned):
-    from models.bundle.format import read_task, verify_bundle
+    from denki.models.bundle.format import read_task, verify_bundle
 
     manifest = verify_bundle(finetuned / "bundle", kinds=("classifier",))
     assert "task.json" in manifest["files"] and "parity_sample.json" in manifest["files"]
@@ -92,12 +92,12 @@ def test_evaluate_matches_finetune_report(finetuned, split, tmp_path):
 
 def test_bundle_logits_route_through_numpy_rule(finetuned, split):
     """The PyTorch model + models.classify.decision.route reproduce the parity sample's logits and decisions."""
-    from models.bundle.format import read_task
-    from models.classify.predict import torch_logits_fn
-    from models.classify.decision import route
+    from denki.models.bundle.format import read_task
+    from denki.models.classify.predict import torch_logits_fn
+    from denki.models.classify.decision import route
 
-    from models.classify.fusion import fuse
-    from models.classify.lexical import LexicalModel
+    from denki.models.classify.fusion import fuse
+    from denki.models.classify.lexical import LexicalModel
 
     bundle = finetuned / "bundle"
     parity = json.loads((bundle / "parity_sample.json").read_text(encoding="utf-8"))
@@ -111,7 +111,7 @@ def test_bundle_logits_route_through_numpy_rule(finetuned, split):
 
 
 def test_epochs_zero_refits_the_rule_only(finetuned, split, tmp_path):
-    from models.bundle.format import read_task
+    from denki.models.bundle.format import read_task
 
     rc = main(["finetune", "classify", "--model", str(finetuned), "--train", str(split / "train.jsonl"),
                "--dev", str(split / "dev.jsonl"), "--out", str(tmp_path / "refit"), "--epochs", "0",
@@ -151,7 +151,7 @@ def test_random_init_from_csv_and_gz(split, tiny_tokenizer_dir, tmp_path):
     ("none", [100, 1], "none"), ("balanced", [5, 5], "balanced"),
 ])
 def test_resolve_class_weights(mode, counts, want):
-    from models.classify.finetune import resolve_class_weights
+    from denki.models.classify.finetune import resolve_class_weights
 
     got, ratio = resolve_class_weights(mode, np.array(counts))
     assert got == want and ratio == pytest.approx(max(counts) / min(counts))
@@ -166,7 +166,7 @@ def test_resolve_class_weights(mode, counts, want):
     (3, 32, (40, 12)),
 ])
 def test_default_schedule(n, batch, want):
-    from models.classify.finetune import AUTO_MIN_UPDATES, default_schedule
+    from denki.models.classify.finetune import AUTO_MIN_UPDATES, default_schedule
 
     epochs, patience = default_schedule(n, batch)
     assert (epochs, patience) == want
@@ -180,7 +180,7 @@ def test_small_training_set_gets_more_epochs(split, pretrained, tmp_path, capsys
                "--dev", str(split / "dev.jsonl"), "--out", str(tmp_path / "run"), "--no-baseline", "--seeds", "1",
                "--patience", "1", "--max-length", "64", "--threads", "1", "--no-progress"])
     assert rc == 0
-    from models.classify.finetune import default_schedule
+    from denki.models.classify.finetune import default_schedule
 
     epochs, _ = default_schedule(n, 32)
     assert epochs > 10 and f"schedule: up to {epochs} epochs, patience 1" in capsys.readouterr().out
@@ -270,7 +270,7 @@ def test_extended_livedoor_titles_nine_labels(tiny_tokenizer_dir, tmp_path):
                "--train", str(tr), "--dev", str(dv), "--text-field", "title", "--out", str(out),
                "--target-coverage", "0.8", *FT[:1], "1", *FT[2:]])
     assert rc == 0
-    from models.bundle.format import read_task
+    from denki.models.bundle.format import read_task
 
     task = read_task(out / "bundle")
     assert len(task["labels"]) == 9 and task["text_field"] == "title"
@@ -286,10 +286,10 @@ def test_extended_livedoor_titles_nine_labels(tiny_tokenizer_dir, tmp_path):
 def test_fused_router_exports_and_serves_without_change_for_the_caller(finetuned, split, tmp_path):
     """A fused bundle (--fusion on): the report shows the three routers, the export carries and gates the lexical
     part, and the ONNX runtime, `denki evaluate` and the batch CLI give the PyTorch evaluation's decisions."""
-    from models.bundle.format import read_task, verify_bundle
-    from models.export.onnx import export_bundle
-    from serve.batch import classify_file
-    from serve.runtime import Predictor
+    from denki.models.bundle.format import read_task, verify_bundle
+    from denki.models.export.onnx import export_bundle
+    from denki.serve.batch import classify_file
+    from denki.serve.runtime import Predictor
 
     report = json.loads((finetuned / "report.json").read_text(encoding="utf-8"))
     fu = report["fusion"]
@@ -332,7 +332,7 @@ def test_fused_router_exports_and_serves_without_change_for_the_caller(finetuned
 
 
 def test_fusion_off_and_fusion_without_baseline(split, pretrained, tmp_path, capsys):
-    from models.bundle.format import read_task, verify_bundle
+    from denki.models.bundle.format import read_task, verify_bundle
 
     out = tmp_path / "off"
     assert main(["finetune", "classify", "--model", str(pretrained), "--train", str(split / "train.jsonl"),

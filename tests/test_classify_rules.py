@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from models.classify.calibration import choose_threshold, fit_min_recall_offsets, fit_temperature
-from models.classify.evaluate import evaluate_logits
-from models.classify.decision import decide, route, softmax
-from models.io.errors import InputError
-from models.classify.metrics import classification_metrics, ece, nll
-from models.io.records import check_label_sets, iter_records, read_labelled
+from denki.models.classify.calibration import choose_threshold, fit_min_recall_offsets, fit_temperature
+from denki.models.classify.evaluate import evaluate_logits
+from denki.models.classify.decision import decide, route, softmax
+from denki.models.io.errors import InputError
+from denki.models.classify.metrics import classification_metrics, ece, nll
+from denki.models.io.records import check_label_sets, iter_records, read_labelled
 
 
 # ------------------------------------------------------------------------------------------ decision rule

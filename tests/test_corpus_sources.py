@@ -7,9 +7,9 @@ import json
 import pytest
 
 from .conftest import SAMPLE_CORPUS, SAMPLE_QA_TRAIN, SAMPLE_ROUTING_TRAIN
-from models.io.corpus import iter_corpus, iter_source, parse_source, source_sha256
-from models.io.errors import InputError
-from models.io.textio import iter_lines
+from denki.models.io.corpus import iter_corpus, iter_source, parse_source, source_sha256
+from denki.models.io.errors import InputError
+from denki.models.io.textio import iter_lines
 
 
 def _jsonl(path, rows):
@@ -20,7 +20,7 @@ def _jsonl(path, rows):
 def test_text_file_is_read_line_by_line_as_before():
     assert list(iter_source(SAMPLE_CORPUS)) == list(iter_lines(SAMPLE_CORPUS))
     assert parse_source(SAMPLE_CORPUS)[1] is None
-    from models.io.fileio import sha256_file
+    from denki.models.io.fileio import sha256_file
 
     assert source_sha256(SAMPLE_CORPUS) == sha256_file(SAMPLE_CORPUS)  # existing caches and runs keep their key
 
@@ -83,8 +83,8 @@ def test_errors_name_file_line_and_field(tmp_path):
 
 
 def test_token_cache_and_tokenizer_training_read_records(tmp_path, tiny_tokenizer):
-    from models.text.tokenizer import train_tokenizer
-    from pretrain.data import build_token_cache
+    from denki.models.text.tokenizer import train_tokenizer
+    from denki.pretrain.data import build_token_cache
 
     spec = f"{SAMPLE_QA_TRAIN}:question,context"
     cache = build_token_cache([SAMPLE_ROUTING_TRAIN, spec], tiny_tokenizer, tmp_path / "cache", progress=False)

@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from models.io.errors import DenkiError
+from denki.models.io.errors import DenkiError
 
 
 @pytest.fixture(scope="module")
 def models(onnx_classifier, onnx_qa):
-    from app.demo import DemoModels
+    from denki.app.demo import DemoModels
 
     return DemoModels(str(onnx_classifier), str(onnx_qa))
 
@@ -25,15 +25,15 @@ def test_backends_and_examples(models):
 
 
 def test_every_cpu_variant_has_a_demo_label():
-    from app.demo import BACKEND_LABELS, CPU_ORDER
-    from models.bundle.onnx import CPU_VARIANTS
+    from denki.app.demo import BACKEND_LABELS, CPU_ORDER
+    from denki.models.bundle.onnx import CPU_VARIANTS
 
     # a variant `denki export` can write but the demo does not list would be unselectable there
     assert sorted(CPU_ORDER) == sorted(CPU_VARIANTS) and all(b in BACKEND_LABELS for b in CPU_ORDER)
 
 
 def test_route_handler(models):
-    from app.demo import HUMAN_JA, route_text
+    from denki.app.demo import HUMAN_JA, route_text
 
     head, scores, why, timing = route_text(models, "新しいスマートフォンが発売されました", "ORT fp32 (CPU)")
     assert head.startswith("### 振り分け先")
@@ -50,7 +50,7 @@ def test_route_handler(models):
 
 
 def test_qa_handler_highlights_exact_span(models):
-    from app.demo import NO_ANSWER_JA, answer_question
+    from denki.app.demo import NO_ANSWER_JA, answer_question
 
     p = models.predictor("qa", "ORT int8 (CPU)")
     passage = "富士山は静岡県と山梨県にまたがる活火山である。標高は3776メートル。"
@@ -69,7 +69,7 @@ def test_qa_handler_highlights_exact_span(models):
 
 
 def test_batch_handler_reports_errors(models, tmp_path):
-    from app.demo import score_file
+    from denki.app.demo import score_file
 
     src = tmp_path / "upload.jsonl"
     src.write_text(json.dumps({"title": "テスト記事"}, ensure_ascii=False) + "\n{bad json\n" +
@@ -82,7 +82,7 @@ def test_batch_handler_reports_errors(models, tmp_path):
 
 
 def test_latency_stats(models):
-    from app.demo import latency_stats, route_text
+    from denki.app.demo import latency_stats, route_text
 
     md, fig = latency_stats([])
     assert "まだ" in md
@@ -95,7 +95,7 @@ def test_latency_stats(models):
 
 
 def test_missing_models_message(tmp_path, monkeypatch):
-    from app.demo import DemoModels
+    from denki.app.demo import DemoModels
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DenkiError, match="denki quickstart"):
@@ -103,7 +103,7 @@ def test_missing_models_message(tmp_path, monkeypatch):
 
 
 def test_build_app(models):
-    from app.demo import build_app
+    from denki.app.demo import build_app
 
     app = build_app(models)
     assert app is not None

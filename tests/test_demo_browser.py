@@ -39,7 +39,7 @@ def _demo(classifier, qa, tmp_path_factory):
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1",
                GRADIO_TEMP_DIR=str(tmp_path_factory.mktemp("gradio")))
     log = open(tmp_path_factory.mktemp("log") / "demo.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "demo", "--classifier", str(classifier),
+    proc = subprocess.Popen([sys.executable, "-m", "denki.app.cli", "demo", "--classifier", str(classifier),
                              "--qa", str(qa), "--port", str(port)], cwd=REPO, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
@@ -78,7 +78,7 @@ def _start(text: str, n: int = 12) -> str:
 def test_demo_in_browser(demo_url, onnx_classifier, onnx_qa, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
-    from app.demo import DemoModels
+    from denki.app.demo import DemoModels
 
     # the examples the demo shows: real ones from each bundle's dev sample
     examples = DemoModels(str(onnx_classifier), str(onnx_qa))
@@ -169,8 +169,8 @@ def test_demo_answers_from_the_shipped_qa_checkpoint(onnx_classifier, tmp_path_f
 
     from playwright.sync_api import expect, sync_playwright
 
-    from models.bundle.checkpoints import list_checkpoints
-    from models.export.onnx import export_bundle
+    from denki.models.bundle.checkpoints import list_checkpoints
+    from denki.models.export.onnx import export_bundle
 
     _need_browser()
     qa = next((c for c in list_checkpoints() if c["kind"] == "qa"), None)

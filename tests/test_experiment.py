@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from app.cli import main
+from denki.app.cli import main
 from tests.conftest import SAMPLE_CORPUS, SAMPLE_QA_DEV, SAMPLE_QA_TRAIN, routing_rows
 
 

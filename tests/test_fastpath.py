@@ -11,8 +11,8 @@ import sys
 import onnx
 import pytest
 
-from models.bundle.format import verify_bundle
-from models.io.errors import DenkiError
+from denki.models.bundle.format import verify_bundle
+from denki.models.io.errors import DenkiError
 
 from .conftest import REPO
 
@@ -22,7 +22,7 @@ ALL_INT8 = ["int8", "int8-channel", "int8-static"]
 @pytest.fixture(scope="module")
 def multi_variant(classifier_bundle, tmp_path_factory):
     """The tiny classifier exported with O2 and all three int8 variants (lax gate: a tiny, barely trained model)."""
-    from models.export.onnx import export_bundle
+    from denki.models.export.onnx import export_bundle
 
     out = tmp_path_factory.mktemp("fast") / "cls"
     export_bundle(classifier_bundle, out, optimize=["O2", "O3"], quantize=ALL_INT8, min_agreement=0.8,
@@ -44,7 +44,7 @@ def _manifest(d):
 
 def _fake_entry(d, order, spinning=None):
     """A record ENTRY with candidates in ``order`` (fastest first) and the bundle's real sha256s."""
-    from models.bundle.onnx import MODEL_FILES
+    from denki.models.bundle.onnx import MODEL_FILES
 
     files = _manifest(d)["files"]
     cands = [{"backend": b, "allow_spinning": spinning, "b1_ms": 1.0 + i, "bN_ms": 10.0 + i, "score_ms": 3.0 + i,
@@ -90,8 +90,8 @@ def test_export_writes_each_int8_variant_behind_its_gate(multi_variant):
 
 
 def test_export_leaves_failing_int8_variants_out(classifier_bundle, tmp_path):
-    from models.export.onnx import export_bundle
-    from serve.runtime import Predictor
+    from denki.models.export.onnx import export_bundle
+    from denki.serve.runtime import Predictor
 
     out = tmp_path / "cls"
     man = export_bundle(classifier_bundle, out, optimize="O2", quantize=["int8-channel", "int8-static"],
@@ -108,7 +108,7 @@ def test_export_leaves_failing_int8_variants_out(classifier_bundle, tmp_path):
 
 # ------------------------------------------------------------------ fingerprint
 def test_cpu_fingerprint_keeps_speed_flags_only():
-    from serve.fastpath import cpu_fingerprint
+    from denki.serve.fastpath import cpu_fingerprint
 
     x86 = cpu_fingerprint("processor\t: 0\nmodel name\t: Intel(R) Xeon(R)   Gold 6338\n"
                           "flags\t\t: fpu sse4_2 avx avx2 avx512f avx512_vnni md_clear ibrs\n")
@@ -126,8 +126,8 @@ def test_one_cached_cpuinfo_reader_serves_the_int8_kernel_choice_and_the_cpu_key
     come from it (so a record and the int8 kernel can never be decided from two different readings)."""
     import platform
 
-    import models.bundle.onnx as ob
-    import serve.fastpath as fp
+    import denki.models.bundle.onnx as ob
+    import denki.serve.fastpath as fp
 
     ob.cpuinfo_text()
     before = ob.cpuinfo_text.cache_info()
@@ -149,7 +149,7 @@ def test_one_cached_cpuinfo_reader_serves_the_int8_kernel_choice_and_the_cpu_key
 
 # ------------------------------------------------------------------ choosing
 def test_old_bundle_without_record_keeps_the_default_rule(onnx_classifier):
-    from serve.runtime import Predictor
+    from denki.serve.runtime import Predictor
 
     assert not (onnx_classifier / "fastpath.json").exists()
     p = Predictor(onnx_classifier, device="cpu")
@@ -158,8 +158,8 @@ def test_old_bundle_without_record_keeps_the_default_rule(onnx_classifier):
 
 
 def test_auto_uses_the_recorded_fastest_for_this_cpu(bundle):
-    from serve.fastpath import record
-    from serve.runtime import Predictor
+    from denki.serve.fastpath import record
+    from denki.serve.runtime import Predictor
 
     record(bundle, _fake_entry(bundle, ["int8-static", "fp32", "int8"], spinning=False), threads=None)
     verify_bundle(bundle)  # the sidecar is not in the manifest: the sha256 check still passes
@@ -173,8 +173,8 @@ def test_auto_uses_the_recorded_fastest_for_this_cpu(bundle):
 
 
 def test_a_failing_variant_is_never_picked_even_when_recorded_fastest(bundle):
-    from serve.fastpath import record
-    from serve.runtime import Predictor
+    from denki.serve.fastpath import record
+    from denki.serve.runtime import Predictor
 
     record(bundle, _fake_entry(bundle, ["int8-static", "int8-channel", "fp32"]), threads=None)
     _fail_gate(bundle, "int8-static")
@@ -190,8 +190,8 @@ def test_a_failing_variant_is_never_picked_even_when_recorded_fastest(bundle):
 
 
 def test_another_cpus_record_or_thread_count_is_ignored(bundle):
-    from serve.fastpath import cpu_fingerprint, record
-    from serve.runtime import Predictor
+    from denki.serve.fastpath import cpu_fingerprint, record
+    from denki.serve.runtime import Predictor
 
     other = cpu_fingerprint("model name\t: Some Other CPU\nflags\t: sse4_2 avx2\n")
     assert other["key"] != cpu_fingerprint()["key"]
@@ -207,8 +207,8 @@ def test_another_cpus_record_or_thread_count_is_ignored(bundle):
 
 
 def test_a_record_for_a_changed_file_is_ignored(bundle):
-    from serve.fastpath import record
-    from serve.runtime import Predictor
+    from denki.serve.fastpath import record
+    from denki.serve.runtime import Predictor
 
     entry = _fake_entry(bundle, ["int8-static"])
     entry["candidates"][0]["sha256"] = "0" * 64  # timed on another export's file
@@ -218,7 +218,7 @@ def test_a_record_for_a_changed_file_is_ignored(bundle):
 
 
 def test_a_malformed_record_is_a_clear_error(bundle):
-    from serve.runtime import Predictor
+    from denki.serve.runtime import Predictor
 
     (bundle / "fastpath.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(DenkiError, match="fastpath.json: invalid JSON"):
@@ -230,9 +230,9 @@ def test_a_malformed_record_is_a_clear_error(bundle):
 
 # ------------------------------------------------------------------ measuring
 def test_bench_pick_measures_passing_variants_and_records_them(bundle, capsys):
-    from app.cli import main
-    from serve.fastpath import cpu_fingerprint
-    from serve.runtime import Predictor
+    from denki.app.cli import main
+    from denki.serve.fastpath import cpu_fingerprint
+    from denki.serve.runtime import Predictor
 
     _fail_gate(bundle, "int8-static")
     rc = main(["bench", "pick", "--model", str(bundle), "--threads", "1", "--iterations", "2",
@@ -258,8 +258,8 @@ def test_bench_pick_measures_passing_variants_and_records_them(bundle, capsys):
 
 
 def test_spinning_is_timed_with_several_threads(bundle):
-    from models.text.tokenizer import JapaneseTokenizer
-    from serve.fastpath import measure
+    from denki.models.text.tokenizer import JapaneseTokenizer
+    from denki.serve.fastpath import measure
 
     entry = measure(bundle, _manifest(bundle), JapaneseTokenizer.load(bundle), threads=2, iterations=1,
                     batch_iterations=1, batch_size=2, variants=["int8"])
@@ -267,7 +267,7 @@ def test_spinning_is_timed_with_several_threads(bundle):
 
 
 def test_fastest_at_load_never_picks_a_failing_variant(bundle):
-    from serve.runtime import Predictor
+    from denki.serve.runtime import Predictor
 
     _fail_gate(bundle, *ALL_INT8)
     p = Predictor(bundle, backend="fastest", device="cpu", threads=1)
@@ -278,8 +278,8 @@ def test_fastest_at_load_never_picks_a_failing_variant(bundle):
 
 def test_picker_path_is_torch_free(bundle):
     code = (
-        "import sys; from serve.runtime import Predictor; from serve.fastpath import measure, record;"
-        "from app.cmd_bench import cmd_bench_pick;"
+        "import sys; from denki.serve.runtime import Predictor; from denki.serve.fastpath import measure, record;"
+        "from denki.app.cmd_bench import cmd_bench_pick;"
         f"p = Predictor({str(bundle)!r}, backend='fastest', device='cpu', threads=1); p.classify(['ログイン']);"
         "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')];"
         "assert not bad, bad; print('ok', p.describe())"
@@ -291,10 +291,10 @@ def test_picker_path_is_torch_free(bundle):
 
 def test_qa_bundle_gets_the_variants_and_a_record(qa_bundle, tmp_path):
     """QA: static calibration runs on question windows, the picker times windows, auto answers with the record."""
-    from models.export.onnx import export_bundle
-    from models.text.tokenizer import JapaneseTokenizer
-    from serve.fastpath import measure, record
-    from serve.runtime import Predictor
+    from denki.models.export.onnx import export_bundle
+    from denki.models.text.tokenizer import JapaneseTokenizer
+    from denki.serve.fastpath import measure, record
+    from denki.serve.runtime import Predictor
 
     out = tmp_path / "qa"
     man = export_bundle(qa_bundle, out, quantize=["int8-channel", "int8-static"], min_agreement=0.0, max_drop=1.0,
@@ -315,9 +315,9 @@ def test_batch_scoring_ranks_recorded_variants_by_their_batch_time(bundle, tmp_p
     """Serving ranks by the batch-1/batch-N mean; batch scoring (every call a full batch) by batch N alone."""
     import json as _json
 
-    from serve.batch import classify_file
-    from serve.fastpath import read_record, record
-    from serve.runtime import Predictor
+    from denki.serve.batch import classify_file
+    from denki.serve.fastpath import read_record, record
+    from denki.serve.runtime import Predictor
 
     entry = _fake_entry(bundle, ["int8", "int8-static", "fp32"])
     entry["candidates"][1]["bN_ms"] = 5.0  # int8-static: second by the mixed score, first at batch N

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from pretrain.fastpath import CheapMaskDropout, cheap_keep_mask, keep_threshold, use_cheap_mask_dropout
+from denki.pretrain.fastpath import CheapMaskDropout, cheap_keep_mask, keep_threshold, use_cheap_mask_dropout
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5])
@@ -57,8 +57,8 @@ def test_cheap_dropout_scales_kept_values_and_backpropagates_through_the_same_ma
 
 
 def test_swap_replaces_every_dropout_of_an_electra_pretrainer_and_keeps_its_state_dict():
-    from models.bundle.presets import electra_config, generator_config
-    from pretrain.model import build_pretrainer
+    from denki.models.bundle.presets import electra_config, generator_config
+    from denki.pretrain.model import build_pretrainer
 
     d = electra_config("tiny", 300)
     m = build_pretrainer("electra", d, generator_config(d, 0.25))
@@ -77,8 +77,8 @@ def test_sdpa_attention_matches_eager_with_padding_in_values_and_gradients():
     parameters' gradients agree; the state dict is the same module's."""
     import copy
 
-    from models.bundle.presets import electra_config
-    from pretrain.fastpath import resolve_attention, use_sdpa_attention
+    from denki.models.bundle.presets import electra_config
+    from denki.pretrain.fastpath import resolve_attention, use_sdpa_attention
     from transformers import ElectraModel
 
     torch.manual_seed(3)

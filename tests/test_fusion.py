@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.classify.baseline import tfidf_baseline
-from models.classify.decision import softmax
-from models.classify.fusion import choose_fusion, fuse, fused_logits, stratified_folds
-from models.classify.lexical import LexicalModel, char_ngrams
+from denki.models.classify.baseline import tfidf_baseline
+from denki.models.classify.decision import softmax
+from denki.models.classify.fusion import choose_fusion, fuse, fused_logits, stratified_folds
+from denki.models.classify.lexical import LexicalModel, char_ngrams
 
 from .conftest import routing_rows
 
@@ -24,7 +24,7 @@ def _split():
 def test_char_ngrams_match_scikit_learn_analyzer():
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    from models.classify.baseline import _nfkc
+    from denki.models.classify.baseline import _nfkc
 
     vec = TfidfVectorizer(analyzer="char", ngram_range=(1, 3), preprocessor=_nfkc)
     analyse = vec.build_analyzer()

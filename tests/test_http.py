@@ -21,10 +21,10 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from models.io.errors import DenkiError  # noqa: E402
-from serve.http import Metrics, ServerSettings, create_app  # noqa: E402
-from serve.microbatch import MicroBatcher, QueueFull, SharedBacklog, resolve_batching  # noqa: E402
-from serve.runtime import Predictor  # noqa: E402
+from denki.models.io.errors import DenkiError  # noqa: E402
+from denki.serve.http import Metrics, ServerSettings, create_app  # noqa: E402
+from denki.serve.microbatch import MicroBatcher, QueueFull, SharedBacklog, resolve_batching  # noqa: E402
+from denki.serve.runtime import Predictor  # noqa: E402
 
 from .conftest import free_port, wait_ready  # noqa: E402
 
@@ -573,7 +573,7 @@ def test_workers_refuse_a_taken_port_clearly():
     --workers 2` with one clear error before any worker starts; port 0 keeps uvicorn's shared socket."""
     import socket
 
-    from app.cmd_serve import _run_workers, reuse_port_available
+    from denki.app.cmd_serve import _run_workers, reuse_port_available
 
     assert not reuse_port_available("127.0.0.1", 0)
     if not reuse_port_available("127.0.0.1", 8080):
@@ -584,7 +584,7 @@ def test_workers_refuse_a_taken_port_clearly():
     port = holder.getsockname()[1]
     try:
         with pytest.raises(DenkiError, match=f"cannot bind 127.0.0.1:{port}"):
-            _run_workers("app.cmd_serve:worker_app", 2, dict(host="127.0.0.1", port=port, log_level="critical"))
+            _run_workers("denki.app.cmd_serve:worker_app", 2, dict(host="127.0.0.1", port=port, log_level="critical"))
     finally:
         holder.close()
 
@@ -597,7 +597,7 @@ def test_workers_share_one_port_and_sum_their_metrics(onnx_classifier):
     port = free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--classifier", str(onnx_classifier),
+    proc = subprocess.Popen([sys.executable, "-m", "denki.app.cli", "serve", "--classifier", str(onnx_classifier),
                              "--port", str(port), "--workers", "2", "--backend", "fp32", "--log-level", "warning"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
@@ -643,7 +643,7 @@ def test_a_worker_that_cannot_load_stops_the_server(onnx_classifier):
     """A failure only a worker sees (a backend the bundle lacks) ends `denki serve --workers 2` with the reason,
     instead of uvicorn restarting the workers in a loop."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--classifier", str(onnx_classifier), "--port",
+    r = subprocess.run([sys.executable, "-m", "denki.app.cli", "serve", "--classifier", str(onnx_classifier), "--port",
                         str(free_port()), "--workers", "2", "--backend", "o3", "--log-level", "critical"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert r.returncode == 2, r.stderr[-3000:]
@@ -677,20 +677,20 @@ def test_graceful_shutdown_finishes_in_flight(cls_pred):
 
 # ----------------------------------------------------------------------------------------------------- command
 def test_cli_help_and_no_torch():
-    code = ("import sys, serve.http, serve.microbatch, app.cmd_serve; "
-            "from app.cli import build_parser; "
+    code = ("import sys, denki.serve.http, denki.serve.microbatch, denki.app.cmd_serve; "
+            "from denki.app.cli import build_parser; "
             "a = build_parser().parse_args(['serve', '--classifier', 'X', '--no-batching', '--max-batch', '4']); "
             "assert a.port == 8080 and a.host == '127.0.0.1' and a.no_batching and a.max_batch == 4; "
             "assert a.workers == 'auto' and a.batching == 'auto' and a.max_queue_ms == 250; "
             "b = build_parser().parse_args(['serve', '--qa', 'X', '--workers', '3', '--batching', 'on', "
             "'--max-queue-ms', '100']); "
             "assert b.workers == 3 and b.batching == 'on' and b.max_queue_ms == 100; "
-            "from app.cmd_serve import _settings; "
+            "from denki.app.cmd_serve import _settings; "
             "assert _settings(a).batching == 'off' and _settings(b).batching == 'on'; "
             "assert 'torch' not in sys.modules, 'serve.http imported torch'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    from app.cli import main
+    from denki.app.cli import main
 
     assert main(["serve"]) == 2  # no model: a clear error, not a traceback
     # several workers: the bundles are checked in the parent, before any worker starts
@@ -700,14 +700,14 @@ def test_cli_help_and_no_torch():
     with pytest.raises(DenkiError, match="larger than max_wait_ms"):
         ServerSettings(max_wait_ms=300, max_queue_ms=250)
     with pytest.raises(SystemExit):
-        from app.cli import build_parser
+        from denki.app.cli import build_parser
 
         build_parser().parse_args(["serve", "--workers", "0"])
 
 
 def test_workers_and_threads_defaults():
     """--workers auto: a worker per core on CPU, one on CUDA; threads divide the cores among the workers."""
-    from app.cmd_serve import resolve_threads, resolve_workers
+    from denki.app.cmd_serve import resolve_threads, resolve_workers
 
     assert resolve_workers("auto", "cpu", 2) == 2 and resolve_workers("auto", "cuda", 8) == 1
     assert resolve_workers(3, "cpu", 2) == 3
@@ -719,7 +719,7 @@ def test_workers_and_threads_defaults():
 def test_batching_auto_rule(cls_pred):
     """auto: on everywhere (measured to pay on CPU once nothing waits for company), with no batching wait on CPU
     and 2 ms on CUDA unless --max-wait-ms says otherwise; on/off are obeyed."""
-    from serve.microbatch import default_wait_ms
+    from denki.serve.microbatch import default_wait_ms
 
     for threads in (1, 4):
         on, why = resolve_batching("auto", "cpu", threads)

@@ -16,10 +16,10 @@ import sys
 
 import pytest
 
-from app.cli import main
-from models.bundle.format import read_task, verify_bundle
-from models.io.fileio import sha256_file
-from models.text.tokenizer import JapaneseTokenizer
+from denki.app.cli import main
+from denki.models.bundle.format import read_task, verify_bundle
+from denki.models.io.fileio import sha256_file
+from denki.models.text.tokenizer import JapaneseTokenizer
 
 from .conftest import (REPO, SAMPLE_CORPUS, SAMPLE_QA_DEV, SAMPLE_QA_TRAIN, free_port, read_jsonl, routing_rows,
                        wait_ready, write_split)
@@ -225,7 +225,7 @@ def routing_split(tmp_path_factory):
 def test_chain_finetune_export_classify_serve_demo(name, imported, routing_split, tmp_path):
     import httpx
 
-    from serve.runtime import Predictor
+    from denki.serve.runtime import Predictor
 
     bundle = imported[name]
     arch = CHECKPOINTS[name][0]
@@ -278,7 +278,7 @@ def test_chain_finetune_export_classify_serve_demo(name, imported, routing_split
 
     # `denki serve`: a real server process on 127.0.0.1
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--classifier", str(tmp_path / "cls-onnx"),
+    proc = subprocess.Popen([sys.executable, "-m", "denki.app.cli", "serve", "--classifier", str(tmp_path / "cls-onnx"),
                              "--qa", str(tmp_path / "qa-onnx"), "--port", str(port), "--backend", "fp32",
                              "--threads", "1", "--log-level", "warning"], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -297,7 +297,7 @@ def test_chain_finetune_export_classify_serve_demo(name, imported, routing_split
         proc.wait(timeout=30)
 
     # the demo's handlers on the same bundles
-    from app.demo import DemoModels, answer_question, route_text
+    from denki.app.demo import DemoModels, answer_question, route_text
 
     models = DemoModels(str(tmp_path / "cls-onnx"), str(tmp_path / "qa-onnx"))
     head, scores, _, timing = route_text(models, rows[0]["text"], "ORT fp32 (CPU)")

@@ -45,6 +45,8 @@ def _graph(mods: dict[str, Path]) -> dict[str, set[str]]:
     """module → the repo modules it imports (``from pkg import sub`` counts as importing ``pkg.sub``)."""
 
     def resolve(name: str) -> str | None:
+        if name.startswith("denki."):  # the layers import each other as denki.<layer>.…; the graph keys drop it
+            name = name[len("denki."):]
         while name and name not in mods:
             name = name.rpartition(".")[0]
         return name or None
@@ -59,7 +61,7 @@ def _graph(mods: dict[str, Path]) -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    up = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                    up = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]  # relative: graph names
                     base = ".".join(up + ([node.module] if node.module else []))
                 for a in node.names:
                     sub = f"{base}.{a.name}"
@@ -161,6 +163,18 @@ def test_imports_flow_one_way():
     assert not flat, f"models/ holds stage packages only, not modules: {flat}"
 
 
+def test_every_import_goes_through_denki():
+    """``from serve.x import y`` would load a second copy of ``serve.x`` beside ``denki.serve.x`` (and the layers
+    refuse a bare name anyway): every absolute import of a layer is spelled ``denki.<layer>``."""
+    bare = []
+    for mod, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            bare += [f"{path.relative_to(REPO)}:{node.lineno} {n}" for n in names if n.split(".")[0] in PACKAGES]
+    assert not bare, "import these through denki.:\n" + "\n".join(bare)
+
+
 def test_every_package_says_what_it_owns():
     for init in [REPO / p / "__init__.py" for p in PACKAGES] + sorted((REPO / "models").glob("*/__init__.py")) + \
             sorted((REPO / "pretrain").glob("*/__init__.py")):
@@ -173,7 +187,7 @@ def test_every_package_says_what_it_owns():
 
 def test_serve_imports_no_torch():
     """Every module under serve/, imported one after the other in a fresh interpreter: none brings in torch."""
-    mods = sorted(m for m in _modules() if m == "serve" or m.startswith("serve."))
+    mods = sorted(f"denki.{m}" for m in _modules() if m == "serve" or m.startswith("serve."))
     code = (
         "import importlib, sys\n"
         f"for m in {mods!r}:\n"
@@ -199,7 +213,7 @@ def test_each_command_lives_in_a_file_named_after_it():
     import argparse
     import importlib
 
-    from app.cli import build_parser
+    from denki.app.cli import build_parser
 
     commands = _top_level_commands(build_parser())
     assert {"serve", "export", "classify", "bench", "finetune"} <= set(commands), "the parser lost commands"
@@ -215,7 +229,7 @@ def test_each_command_lives_in_a_file_named_after_it():
             wrong.append(f"`denki {name}`: app/cmd_{stem}.py does not add_parser({name!r})")
         # registering the module alone on a fresh parser adds exactly this command
         fresh = argparse.ArgumentParser(prog="denki").add_subparsers()
-        importlib.import_module(f"app.cmd_{stem}").register(fresh)
+        importlib.import_module(f"denki.app.cmd_{stem}").register(fresh)
         if sorted(fresh.choices) != [name]:
             wrong.append(f"app/cmd_{stem}.py registers {sorted(fresh.choices)}, not just `denki {name}`")
     stems = {n.replace("-", "_"): n for n in commands}

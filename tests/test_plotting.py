@@ -46,7 +46,7 @@ def watched(fn):
 
 
 res = {}
-res["setup"] = watched(lambda: globals().__setitem__("plt", __import__("models.io.plotting", fromlist=["x"])
+res["setup"] = watched(lambda: globals().__setitem__("plt", __import__("denki.models.io.plotting", fromlist=["x"])
                                                      .setup_matplotlib()))
 import matplotlib
 from matplotlib import font_manager
@@ -71,7 +71,7 @@ def figure():
 
 
 def report():
-    from models.classify.plots import plot_confusion, plot_coverage
+    from denki.models.classify.plots import plot_confusion, plot_coverage
 
     k = len(LABELS)
     plot_confusion([[5 if i == j else 1 for j in range(k)] for i in range(k)], LABELS, out / "cm.png",
@@ -81,7 +81,7 @@ def report():
 
 
 def curves():
-    from pretrain.train import plot_curves
+    from denki.pretrain.train import plot_curves
 
     rows = [{"flops": f, "mlm_loss": 5.0 - i, "disc_loss": 0.6 - 0.1 * i, "gen_acc": 0.1 * i, "replace_rate": 0.1,
              "disc_precision": 0.3, "disc_recall": 0.2 + 0.05 * i, "disc_acc": 0.9, "disc_auc": 0.7}

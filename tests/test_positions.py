@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.cli import main
+from denki.app.cli import main
 
 from .conftest import SAMPLE_QA_DEV, SAMPLE_QA_TRAIN
 
@@ -24,7 +24,7 @@ def _tiny_electra(max_positions: int = 40):
 def test_tile_copies_rows_1_to_L_minus_1_over_the_untrained_rows():
     import torch
 
-    from models.training.positions import tile_positions
+    from denki.models.training.positions import tile_positions
 
     model = _tiny_electra(40)
     w = model.electra.embeddings.position_embeddings.weight
@@ -37,7 +37,7 @@ def test_tile_copies_rows_1_to_L_minus_1_over_the_untrained_rows():
 
 
 def test_tile_is_a_no_op_when_nothing_is_untrained():
-    from models.training.positions import tile_positions, trained_positions
+    from denki.models.training.positions import tile_positions, trained_positions
 
     model = _tiny_electra(40)
     assert tile_positions(model, 40) == 0 and tile_positions(model, 64) == 0 and tile_positions(model, 1) == 0
@@ -49,9 +49,9 @@ def test_finetune_qa_tiles_from_the_bundles_seq_len_and_records_it(tiny_tokenize
     import torch
     from transformers import ElectraForPreTraining
 
-    from models.bundle.presets import electra_config
-    from models.bundle.pytorch import save_bundle
-    from models.text.tokenizer import JapaneseTokenizer
+    from denki.models.bundle.presets import electra_config
+    from denki.models.bundle.pytorch import save_bundle
+    from denki.models.text.tokenizer import JapaneseTokenizer
 
     tok = JapaneseTokenizer.load(tiny_tokenizer_dir)
     torch.manual_seed(0)

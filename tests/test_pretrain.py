@@ -13,14 +13,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from models.io.errors import DenkiError, InputError
-from pretrain import checkpoint as ck
-from pretrain.data import PackedSequences, build_token_cache
-from pretrain.flops import step_flops
-from pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
-from pretrain.model import MLMPretrainer, RTDPretrainer, build_pretrainer, gumbel_sample, inverse_cdf_sample
-from pretrain.runlog import read_metrics
-from pretrain.train import PretrainConfig, run_pretrain
+from denki.models.io.errors import DenkiError, InputError
+from denki.pretrain import checkpoint as ck
+from denki.pretrain.data import PackedSequences, build_token_cache
+from denki.pretrain.flops import step_flops
+from denki.pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
+from denki.pretrain.model import MLMPretrainer, RTDPretrainer, build_pretrainer, gumbel_sample, inverse_cdf_sample
+from denki.pretrain.runlog import read_metrics
+from denki.pretrain.train import PretrainConfig, run_pretrain
 
 from .conftest import free_port
 
@@ -35,7 +35,7 @@ def cache_dir(tmp_path_factory):
 
 
 def _configs(vocab_size: int, gen_size: float = 0.25):
-    from models.bundle.presets import electra_config, generator_config
+    from denki.models.bundle.presets import electra_config, generator_config
 
     d = electra_config("tiny", vocab_size, num_hidden_layers=2)
     return d, generator_config(d, gen_size)
@@ -161,8 +161,8 @@ def test_inverse_cdf_sampler_draws_the_softmax_distribution():
 
 
 def test_separate_embeddings_and_pretrain_dropout_run_resume_and_export(tiny_tokenizer_dir, cache_dir, tmp_path):
-    from models.bundle.format import verify_bundle
-    from pretrain.export import export_from_checkpoint
+    from denki.models.bundle.format import verify_bundle
+    from denki.pretrain.export import export_from_checkpoint
 
     a = _cfg(tiny_tokenizer_dir, tmp_path / "sep", cache_dir, export=True, share_embeddings=False, dropout=0.0)
     s = run_pretrain(a)
@@ -193,8 +193,8 @@ def test_separate_embeddings_and_pretrain_dropout_run_resume_and_export(tiny_tok
 
 
 def test_electra_mlm_runs_resumes_and_exports_the_discriminator_only(tiny_tokenizer_dir, cache_dir, tmp_path):
-    from models.bundle.format import verify_bundle
-    from pretrain.export import export_from_checkpoint
+    from denki.models.bundle.format import verify_bundle
+    from denki.pretrain.export import export_from_checkpoint
 
     a = _cfg(tiny_tokenizer_dir, tmp_path / "a", cache_dir, export=True, objective="electra-mlm")
     b = _cfg(tiny_tokenizer_dir, tmp_path / "b", cache_dir, objective="electra-mlm")
@@ -292,7 +292,7 @@ def test_labels_sampled_equal_to_original_are_original_and_loss_is_mlm_plus_lamb
 def _shifted_replacements(objective: str):
     """A 2-layer RTD pretrainer whose "generator" replaces every masked token by its id + 1 (fixed, no sampling),
     run once on a fixed batch: ``(model, ids, attention_mask, masked, outputs, discriminator_input)``."""
-    from pretrain.model import build_pretrainer
+    from denki.pretrain.model import build_pretrainer
 
     torch.manual_seed(0)
     d, g = _configs(300)
@@ -351,7 +351,7 @@ def test_disc_skip_special_leaves_cls_and_sep_out_of_the_disc_loss_only():
 
 def test_probe_auc_leaves_out_the_tokens_the_disc_loss_skips():
     """``rtd_auc`` judges every non-pad token but [CLS] — and, with ``--disc-skip-special``, not [SEP] either."""
-    from pretrain.diagnostics import roc_auc, rtd_auc
+    from denki.pretrain.diagnostics import roc_auc, rtd_auc
 
     m, ids, am, mk, _, disc_in = _shifted_replacements("electra")
     scores = m.discriminator(input_ids=disc_in, attention_mask=am).logits.detach()
@@ -372,7 +372,7 @@ def test_probe_auc_leaves_out_the_tokens_the_disc_loss_skips():
 
 
 def test_probe_recall_is_the_share_of_replaced_tokens_scored_replaced():
-    from pretrain.diagnostics import rtd_auc
+    from denki.pretrain.diagnostics import rtd_auc
 
     m, ids, am, mk, _, disc_in = _shifted_replacements("electra")
     logits = m.discriminator(input_ids=disc_in, attention_mask=am).logits.detach()
@@ -389,8 +389,8 @@ def test_probe_recall_is_the_share_of_replaced_tokens_scored_replaced():
 def test_gen_temperature_flattens_the_training_samples_but_not_the_probes():
     """``--gen-temperature T``: the generator's replacements in training come from softmax(logits / T); the probe
     corrupts at T = 1 whatever T is, so that runs compare on the paper's corruption."""
-    from pretrain.diagnostics import rtd_auc
-    from pretrain.model import build_pretrainer
+    from denki.pretrain.diagnostics import rtd_auc
+    from denki.pretrain.model import build_pretrainer
 
     torch.manual_seed(0)
     d, g = _configs(300)
@@ -415,7 +415,7 @@ def test_gen_temperature_flattens_the_training_samples_but_not_the_probes():
 def test_reprobe_from_the_last_checkpoint_reproduces_the_logged_probe(tiny_tokenizer_dir, cache_dir, tmp_path):
     """``load_run_probe`` (docs/*/reprobe.py) rebuilds a finished run's probe: same batch, same corruption, same
     figures as its summary — here for a run trained at --gen-temperature 2, which also gets ``disc_auc_own_t``, in bf16 (a bf16 encoder re-probed in fp32 differs in the 5th decimal)."""
-    from pretrain.diagnostics import load_run_probe
+    from denki.pretrain.diagnostics import load_run_probe
 
     s = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "p", cache_dir, steps=4, gen_temperature=2.0,
                           precision="bf16"))
@@ -429,7 +429,7 @@ def test_reprobe_from_the_last_checkpoint_reproduces_the_logged_probe(tiny_token
 
 
 def test_health_check_judges_a_tempered_run_on_its_own_corruption():
-    from models.training.pretrain_health import verdict
+    from denki.models.training.pretrain_health import verdict
 
     # measured at T = 3, 1e14 FLOPs: AUC 0.596 on the paper's corruption, above random init after fine-tuning
     assert "AUC 0.58" in verdict({"cls_spread": 0.7, "mean_spread": 0.4, "disc_auc": 0.58})
@@ -495,7 +495,7 @@ def test_analytic_flops_match_flop_counter(objective):
     from torch.utils.flop_counter import FlopCounterMode
 
     torch.manual_seed(0)
-    from models.bundle.presets import electra_config, generator_config
+    from denki.models.bundle.presets import electra_config, generator_config
 
     d = electra_config("tiny", 4000)
     g = generator_config(d, 0.25)
@@ -551,7 +551,7 @@ def test_corpus_errors_name_file_and_line(tiny_tokenizer, tmp_path):
 def test_resume_after_kill_gives_identical_parameters_and_export_loads(tiny_tokenizer_dir, cache_dir, tmp_path):
     from transformers import AutoModel, ElectraForSequenceClassification
 
-    from models.bundle.format import verify_bundle
+    from denki.models.bundle.format import verify_bundle
 
     a = _cfg(tiny_tokenizer_dir, tmp_path / "a", cache_dir, export=True)
     b = _cfg(tiny_tokenizer_dir, tmp_path / "b", cache_dir, export=True)
@@ -625,7 +625,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_tokenizer_dir, cache
 
 
 def test_default_objective_per_size():
-    from pretrain.train import default_objective
+    from denki.pretrain.train import default_objective
 
     assert default_objective("tiny") == "electra"  # it ties MLM on routing and wins QA at 2e14 (experiments/anshead)
     assert default_objective("small") == "electra" and default_objective("base") == "electra"
@@ -634,7 +634,7 @@ def test_default_objective_per_size():
 
 def test_default_mask_prob_per_objective():
     """MLM from scratch at tiny masks 40 % (measured, experiments/qsm40); everything else the paper's 15 %."""
-    from pretrain.train import default_mask_prob
+    from denki.pretrain.train import default_mask_prob
 
     assert default_mask_prob("tiny", "mlm") == 0.4
     assert default_mask_prob("tiny", "electra") == default_mask_prob("tiny", "electra15") == 0.15
@@ -646,7 +646,7 @@ def test_tiny_electra_defaults_depend_on_the_planned_run_length():
     """lr 1e-3 + --cls-contrast 1 + --gen-temperature 2 for a long tiny ELECTRA, lr 3e-4, no contrast and T = 1 for
     a short one (measured, experiments/cc1e14, experiments/anshead); everything else keeps its per-size lr, no
     contrast and T = 1."""
-    from pretrain.train import TINY_RTD_LONG_STEPS, default_cls_contrast, default_gen_temperature, default_lr
+    from denki.pretrain.train import TINY_RTD_LONG_STEPS, default_cls_contrast, default_gen_temperature, default_lr
 
     long, short = TINY_RTD_LONG_STEPS, TINY_RTD_LONG_STEPS - 1
     assert default_lr("tiny", "electra", long) == 1e-3 and default_cls_contrast("tiny", "electra", long) == 1.0
@@ -664,7 +664,7 @@ def test_tiny_electra_defaults_depend_on_the_planned_run_length():
 
 def test_long_tiny_electra_run_gets_and_records_the_long_run_defaults(tiny_tokenizer_dir, cache_dir, tmp_path,
                                                                     monkeypatch, capsys):
-    import pretrain.train as tr
+    import denki.pretrain.train as tr
 
     monkeypatch.setattr(tr, "TINY_RTD_LONG_STEPS", 2)  # so that a 2-step run counts as long
     assert run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "long", cache_dir, steps=2))["finished"]
@@ -689,7 +689,7 @@ def test_long_tiny_electra_run_gets_and_records_the_long_run_defaults(tiny_token
 def test_cli_mlm_run_and_export_subcommand(tiny_tokenizer_dir, cache_dir, tmp_path, capsys):
     from transformers import AutoModel, ElectraForSequenceClassification
 
-    from app.cli import main
+    from denki.app.cli import main
 
     out = tmp_path / "mlm"
     rc = main(["pretrain", "--corpus", str(SAMPLE_CORPUS), "--tokenizer", str(tiny_tokenizer_dir), "--size", "tiny",
@@ -710,7 +710,7 @@ def test_cli_mlm_run_and_export_subcommand(tiny_tokenizer_dir, cache_dir, tmp_pa
     ElectraForSequenceClassification.from_pretrained(out / "bundle", num_labels=2)
     rc = main(["pretrain", "export", "--checkpoint", str(out), "--out", str(tmp_path / "exp")])
     assert rc == 0
-    from models.bundle.format import verify_bundle
+    from denki.models.bundle.format import verify_bundle
 
     assert verify_bundle(tmp_path / "exp")["source"]["steps"] == 3
     # missing arguments: a clear error, no traceback
@@ -730,10 +730,10 @@ def test_cli_mlm_run_and_export_subcommand(tiny_tokenizer_dir, cache_dir, tmp_pa
 
 
 def test_ddp_two_cpu_processes_gloo(tiny_tokenizer_dir, cache_dir, tmp_path):
-    from pretrain.train import spawn_local
+    from denki.pretrain.train import spawn_local
 
     cfg = _cfg(tiny_tokenizer_dir, tmp_path / "ddp", cache_dir, steps=3, batch_size=2, log_every=1, save_every=3)
-    build_token_cache(cfg.corpus, __import__("models.text.tokenizer", fromlist=["x"]).JapaneseTokenizer.load(
+    build_token_cache(cfg.corpus, __import__("denki.models.text.tokenizer", fromlist=["x"]).JapaneseTokenizer.load(
         tiny_tokenizer_dir), cache_dir, progress=False)
     spawn_local(cfg, world=2, port=free_port())
     s = json.loads((tmp_path / "ddp" / "summary.json").read_text())
@@ -747,7 +747,7 @@ def test_ddp_two_cpu_processes_gloo(tiny_tokenizer_dir, cache_dir, tmp_path):
 def test_roc_auc_matches_sklearn_with_ties():
     from sklearn.metrics import roc_auc_score
 
-    from pretrain.diagnostics import roc_auc
+    from denki.pretrain.diagnostics import roc_auc
 
     rng = np.random.default_rng(0)
     labels = rng.random(500) < 0.15
@@ -757,7 +757,7 @@ def test_roc_auc_matches_sklearn_with_ties():
 
 
 def test_verdict_names_collapse_and_chance_auc_and_finetune_warns(capsys):
-    from models.training.pretrain_health import verdict, warn_if_unlearned
+    from denki.models.training.pretrain_health import verdict, warn_if_unlearned
 
     assert verdict({"cls_spread": 0.03, "mean_spread": 0.02, "disc_auc": 0.81}) is None
     assert verdict(None) is None and verdict({}) is None
@@ -769,7 +769,7 @@ def test_verdict_names_collapse_and_chance_auc_and_finetune_warns(capsys):
 
 
 def test_probe_logged_at_checkpoints_kept_in_summary_and_manifest(tiny_tokenizer_dir, cache_dir, tmp_path):
-    from models.bundle.format import read_manifest
+    from denki.models.bundle.format import read_manifest
 
     s = run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "p", cache_dir, export=True, log_every=5))
     rows = read_metrics(tmp_path / "p")
@@ -797,7 +797,7 @@ def test_adam_eps_reaches_the_optimizer_and_is_part_of_the_run_identity(tiny_tok
                                                                         monkeypatch):
     """``--adam-eps`` (the official ELECTRA code's 1e-6 vs torch's 1e-8): used by the optimizer, kept in run.json
     and the manifest, and a resume with another ε is refused; without it the identity holds None (older runs)."""
-    import models.training.loop as loop
+    import denki.models.training.loop as loop
 
     seen = []
     real = loop.build_optimizer
@@ -847,7 +847,7 @@ def test_cls_contrast_is_part_of_the_run_identity_and_goes_with_rtd_only(tiny_to
     assert json.loads((tmp_path / "a" / "bundle" / "manifest.json").read_text())["source"]["cls_contrast"] == 0.5
     rows = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     assert all(0 <= r["cls_acc"] <= 1 and r["cls_loss"] > 0 for r in rows)
-    from pretrain.export import export_from_checkpoint  # `denki pretrain export`: rebuilds the projections too
+    from denki.pretrain.export import export_from_checkpoint  # `denki pretrain export`: rebuilds the projections too
 
     export_from_checkpoint(tmp_path / "a", tmp_path / "x")
     assert json.loads((tmp_path / "x" / "manifest.json").read_text())["source"]["cls_contrast"] == 0.5
@@ -859,8 +859,8 @@ def test_cls_contrast_is_part_of_the_run_identity_and_goes_with_rtd_only(tiny_to
 
 # ------------------------------------------------------------------------------------------------ precision
 def test_resolve_precision_and_cpu_bf16_flags(tmp_path, monkeypatch):
-    import pretrain.train as train
-    from pretrain.train import cpu_bf16_flags, resolve_precision
+    import denki.pretrain.train as train
+    from denki.pretrain.train import cpu_bf16_flags, resolve_precision
 
     assert resolve_precision("auto", "cuda") == "bf16"
     # auto on a CPU follows its flags (bf16 measured downstream on an avx512_bf16 core: experiments/bf16-pretraining)
@@ -897,8 +897,8 @@ def test_bf16_autocast_run_tracks_fp32_and_records_its_precision(tiny_tokenizer_
 
 
 def test_pretrain_export_generator_lets_a_continued_run_use_it(tiny_tokenizer_dir, cache_dir, tmp_path):
-    from app.cli import main
-    from models.bundle.importer import generator_of
+    from denki.app.cli import main
+    from denki.models.bundle.importer import generator_of
 
     out = tmp_path / "rtd"
     run_pretrain(_cfg(tiny_tokenizer_dir, out, cache_dir, objective="electra", steps=3))
@@ -915,7 +915,7 @@ def test_pretrain_export_generator_lets_a_continued_run_use_it(tiny_tokenizer_di
 
 
 def test_speed_is_reported_as_flop_rate_and_mfu_against_the_devices_peak(tiny_tokenizer_dir, cache_dir, tmp_path):
-    from pretrain.speed import gpu_peak, measured_matmul_peak, mfu
+    from denki.pretrain.speed import gpu_peak, measured_matmul_peak, mfu
 
     assert gpu_peak("NVIDIA H100 80GB HBM3", "bf16") == 989e12 and gpu_peak("NVIDIA H200", "fp32") == 67e12
     assert gpu_peak("Some Future GPU", "bf16") is None and mfu(1e12, None) is None
@@ -993,7 +993,7 @@ def test_outputs_read_back_at_log_steps_only_log_what_a_per_step_read_back_does(
                                                                                tmp_path, monkeypatch):
     """On one GPU the step's outputs are summed on the device and read back at log / save steps only
     (``_sync_each_step``); forced here on CPU, the logged lines and the weights are those of the per-step path."""
-    import pretrain.train as train
+    import denki.pretrain.train as train
     from safetensors.torch import load_file as load
 
     def run(name):
@@ -1016,7 +1016,7 @@ def test_outputs_read_back_at_log_steps_only_log_what_a_per_step_read_back_does(
 def test_a_late_read_back_still_stops_on_nan_before_saving(tiny_tokenizer_dir, cache_dir, tmp_path, monkeypatch):
     """Read back only at log / save steps, a NaN at step 3 is caught at step 4, before step 4 is saved: the error
     names the steps and the last good checkpoint."""
-    import pretrain.train as train
+    import denki.pretrain.train as train
 
     _poison_loss_from_call(monkeypatch, 3)
     monkeypatch.setattr(train, "_sync_each_step", lambda device, world: False)
@@ -1054,7 +1054,7 @@ def test_torchrun_with_one_process_takes_the_ddp_path(tiny_tokenizer_dir, cache_
     import sys
 
     out = tmp_path / "ddp1"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", "-m", "app.cli",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", "-m", "denki.app.cli",
            "pretrain", "--corpus", str(SAMPLE_CORPUS), "--tokenizer", str(tiny_tokenizer_dir), "--size", "tiny",
            "--steps", "3", "--batch-size", "4", "--seq-len", "32", "--save-every", "3", "--no-export",
            "--no-progress", "--device", "cpu", "--cache-dir", str(cache_dir), "--out", str(out)]

@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from app.cli import main
-from models.bundle.format import verify_bundle
-from models.text.tokenizer import JapaneseTokenizer
-from pretrain.train import PretrainConfig, run_pretrain
+from denki.app.cli import main
+from denki.models.bundle.format import verify_bundle
+from denki.models.text.tokenizer import JapaneseTokenizer
+from denki.pretrain.train import PretrainConfig, run_pretrain
 
 from .conftest import SAMPLE_CORPUS
 from .test_import import CHECKPOINTS, _build_checkpoint
@@ -51,7 +51,7 @@ def _state(model):
 def test_rtd_starts_from_the_bundle_and_its_generator(bundles):
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
-    from pretrain.init_from import build_from_bundle
+    from denki.pretrain.init_from import build_from_bundle
 
     b = bundles["electra-ipadic"]
     model, rec = build_from_bundle("electra", b)
@@ -69,7 +69,7 @@ def test_rtd_starts_from_the_bundle_and_its_generator(bundles):
 
 def test_generator_inits_without_a_generator(bundles):
     """copy: the checkpoint's bottom layers and embeddings, only the MLM head new; random: fresh narrow layers."""
-    from pretrain.init_from import build_from_bundle
+    from denki.pretrain.init_from import build_from_bundle
 
     b = bundles["electra-unidic-lite"]
     model, rec = build_from_bundle("electra", b)
@@ -140,8 +140,8 @@ def test_continued_rtd_run_records_init_keeps_tokenizer_and_resumes(bundles, tmp
 
 def test_copy_generator_costs_more_flops_than_a_random_narrow_one(bundles, tmp_path):
     """The FLOPs counter follows the generator actually built (full width × 1 layer vs ¼ width × 2 layers)."""
-    from pretrain.flops import step_flops
-    from pretrain.init_from import build_from_bundle
+    from denki.pretrain.flops import step_flops
+    from denki.pretrain.init_from import build_from_bundle
 
     b = bundles["electra-unidic-lite"]
     s_copy = run_pretrain(_cfg(tmp_path, b, "copy", steps=2))

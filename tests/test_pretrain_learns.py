@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.runlog import last_diagnostics, read_metrics
-from pretrain.train import PretrainConfig, run_pretrain
+from denki.pretrain.runlog import last_diagnostics, read_metrics
+from denki.pretrain.train import PretrainConfig, run_pretrain
 
 WORDS = "猫 犬 鳥 魚 花 木 山 川 海 空 雨 雪 風 星 月 石 砂 森 島 橋 駅 町 村 道 家 窓 扉 机 本 紙".split()
 TRIVIAL_ACC = 1 / len(WORDS)  # a unigram guess (the words are equally frequent)
@@ -28,7 +28,7 @@ TRIVIAL_ACC = 1 / len(WORDS)  # a unigram guess (the words are equally frequent)
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
     """``(corpus, tokenizer_dir, cache_dir)``: 1,500 lines, each one of 30 words repeated 48 times."""
-    from models.text.tokenizer import train_tokenizer
+    from denki.models.text.tokenizer import train_tokenizer
 
     d = tmp_path_factory.mktemp("learns")
     r = random.Random(0)

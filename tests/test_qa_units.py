@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from .conftest import REPO, SAMPLE_QA_DEV, SAMPLE_QA_TRAIN
-from models.io.errors import InputError
-from models.qa.data import QAExample, read_qa
-from models.qa.features import answer_token_span, build_features
-from models.qa.metrics import (best_threshold, exact_score, f1_score, f1_vs_threshold, max_over_golds,
+from denki.models.io.errors import InputError
+from denki.models.qa.data import QAExample, read_qa
+from denki.models.qa.features import answer_token_span, build_features
+from denki.models.qa.metrics import (best_threshold, exact_score, f1_score, f1_vs_threshold, max_over_golds,
                                normalize_answer, squad_v2_metrics)
-from models.qa.postprocess import apply_threshold, postprocess_predictions, postprocess_question
+from denki.models.qa.postprocess import apply_threshold, postprocess_predictions, postprocess_question
 
 
 def _jsonl(path, recs):
@@ -266,7 +266,8 @@ def test_null_rules_with_answerable_logits():
 
 
 def test_postprocess_module_is_torch_free():
-    code = ("import sys; import models.qa.postprocess, models.qa.metrics, models.qa.data, models.qa.features; "
+    code = ("import sys; import denki.models.qa.postprocess, denki.models.qa.metrics, denki.models.qa.data, "
+            "denki.models.qa.features; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 

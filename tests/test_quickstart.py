@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import time
 
-from models.bundle.format import verify_bundle
+from denki.models.bundle.format import verify_bundle
 
 
 def test_quickstart_pipeline_end_to_end_and_rerun_skips(tmp_path, capsys):
-    from app.cli import main
+    from denki.app.cli import main
 
     out = tmp_path / "qs"
     assert main(["quickstart", "--no-demo", "--out", str(out), "--pretrain-flops", "1e12", "--from-checkpoint",
@@ -61,7 +61,7 @@ def test_quickstart_pipeline_end_to_end_and_rerun_skips(tmp_path, capsys):
 
 def test_quickstart_refuses_to_reuse_a_pretraining_of_the_other_objective(tmp_path, capsys):
     """A finished ELECTRA pretraining under --out is not silently reused for --objective mlm (or the reverse)."""
-    from app.cli import main
+    from denki.app.cli import main
 
     out = tmp_path / "qs"
     (out / "pretrain").mkdir(parents=True)
@@ -79,8 +79,8 @@ def test_quickstart_continues_a_shipped_checkpoint(tmp_path, capsys, monkeypatch
     scratch under --out is not reused for it."""
     import shutil
 
-    from app.cli import main
-    from models.bundle.checkpoints import write_sums
+    from denki.app.cli import main
+    from denki.models.bundle.checkpoints import write_sums
 
     shelf = tmp_path / "shelf"
     run = tmp_path / "general"

@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.cli import main
-from models.bundle.format import read_manifest, verify_bundle
-from models.io.errors import DenkiError
+from denki.app.cli import main
+from denki.models.bundle.format import read_manifest, verify_bundle
+from denki.models.io.errors import DenkiError
 
 from .conftest import SAMPLE_QA_DEV, read_jsonl
 
@@ -39,7 +39,7 @@ def _degenerate_model(vocab_size: int):
     import torch
     from transformers import ElectraForQuestionAnswering
 
-    from models.bundle.presets import electra_config
+    from denki.models.bundle.presets import electra_config
 
     torch.manual_seed(0)
     model = ElectraForQuestionAnswering(electra_config("tiny", vocab_size)).eval()
@@ -55,7 +55,7 @@ def _degenerate_model(vocab_size: int):
 def _null_diffs(model, tok, pairs, task) -> np.ndarray:
     import torch
 
-    from models.qa.postprocess import postprocess_question
+    from denki.models.qa.postprocess import postprocess_question
 
     out = []
     for q, c in pairs:
@@ -76,8 +76,8 @@ def _null_diffs(model, tok, pairs, task) -> np.ndarray:
 @pytest.fixture(scope="module")
 def degenerate(tmp_path_factory, tiny_tokenizer_dir):
     """``{"inside": bundle, "margin": bundle, "diffs": array, "onnx": dir of converted files}``."""
-    from models.bundle.pytorch import save_bundle
-    from models.text.tokenizer import JapaneseTokenizer
+    from denki.models.bundle.pytorch import save_bundle
+    from denki.models.text.tokenizer import JapaneseTokenizer
 
     root = tmp_path_factory.mktemp("degenerate")
     tok = JapaneseTokenizer.load(tiny_tokenizer_dir)
@@ -101,7 +101,7 @@ def degenerate(tmp_path_factory, tiny_tokenizer_dir):
 
 def _convert(src: Path, work: Path, hf_task: str) -> Path:
     """fp32 + O2 + int8 graphs by the export's own steps (no parity gate, no bundle)."""
-    import models.export.onnx as ex
+    import denki.models.export.onnx as ex
 
     ex._quiet()
     ex._export_fp32(src, work, hf_task)
@@ -119,7 +119,7 @@ def classifier_graphs(classifier_bundle, tmp_path_factory) -> Path:
 def reuse_conversions(monkeypatch, degenerate, classifier_graphs, classifier_bundle):
     """Make export_bundle copy already converted graphs (keyed by the source bundle's weights) instead of
     converting again: each export then costs its parity check only."""
-    import models.export.onnx as ex
+    import denki.models.export.onnx as ex
 
     def sha(src) -> str:
         return read_manifest(src)["files"]["model.safetensors"]
@@ -164,8 +164,8 @@ def test_strict_export_fails_clearly_and_writes_nothing(degenerate, reuse_conver
 
 
 def test_best_effort_leaves_the_failing_variant_out_and_records_it(degenerate, reuse_conversions, tmp_path):
-    from models.export.onnx import export_bundle, format_parity
-    from serve.runtime import Predictor
+    from denki.models.export.onnx import export_bundle, format_parity
+    from denki.serve.runtime import Predictor
 
     out = tmp_path / "qa-onnx"
     man = export_bundle(degenerate["inside"], out, optimize="O2", quantize="int8", best_effort=True,
@@ -190,7 +190,7 @@ def test_best_effort_leaves_the_failing_variant_out_and_records_it(degenerate, r
 
 
 def test_a_threshold_with_margin_keeps_int8(degenerate, reuse_conversions, tmp_path):
-    from models.export.onnx import export_bundle
+    from denki.models.export.onnx import export_bundle
 
     # the same weights and int8 graph, the threshold 1.0 below the cluster: every decision keeps its margin
     man = export_bundle(degenerate["margin"], tmp_path / "ok", optimize="O2", quantize="int8", progress=False,
@@ -200,7 +200,7 @@ def test_a_threshold_with_margin_keeps_int8(degenerate, reuse_conversions, tmp_p
 
 
 def test_best_effort_never_leaves_fp32_out(degenerate, reuse_conversions, monkeypatch, tmp_path):
-    import models.export.onnx as ex
+    import denki.models.export.onnx as ex
 
     def parity(model, tok, files, data, task):  # an fp32 graph that does not match PyTorch (measured numbers
         ok = {"ran": True, "max_abs_diff": 1e-6, "agreement": 1.0, "f1_vs_torch": 1.0, "metric_drop": 0.0}
@@ -217,7 +217,7 @@ def test_best_effort_never_leaves_fp32_out(degenerate, reuse_conversions, monkey
 def test_int8_sessions_use_the_exact_kernel_where_needed(degenerate, monkeypatch):
     """On x86 CPUs without VNNI the runtime (and so the parity gate) asks onnxruntime for its exact int8 GEMM;
     with or without the option the outputs are the same on a CPU where the default kernel is exact."""
-    import models.bundle.onnx as ob
+    import denki.models.bundle.onnx as ob
 
     f = degenerate["onnx"] / "model.int8.onnx"
     outs = {}

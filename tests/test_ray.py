@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("ray")
 httpx = pytest.importorskip("httpx")
 
-from models.io.errors import DenkiError  # noqa: E402
+from denki.models.io.errors import DenkiError  # noqa: E402
 from tests.conftest import free_port, inquiry_rows, wait_ready  # noqa: E402
 
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "ORT_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1",
@@ -43,11 +43,11 @@ def short_tmp(tmp_path_factory):
 
 
 def test_serve_on_ray_answers_over_loopback_and_stops_on_sigterm(onnx_classifier, short_tmp, tmp_path):
-    from serve.runtime import Predictor
+    from denki.serve.runtime import Predictor
 
     port = free_port()
     log = open(tmp_path / "serve.log", "w")
-    cmd = [sys.executable, "-m", "app.cli", "serve", "--ray", "--classifier", str(onnx_classifier),
+    cmd = [sys.executable, "-m", "denki.app.cli", "serve", "--ray", "--classifier", str(onnx_classifier),
            "--port", str(port), "--num-replicas", "2", "--replica-cpus", "0.5", "--ray-temp-dir", short_tmp,
            "--max-wait-ms", "5"]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **RAY_ENV},
@@ -125,8 +125,8 @@ def _write_inputs(d):
 
 
 def test_classify_on_ray_data_accounts_for_every_row(onnx_classifier, short_tmp, tmp_path):
-    from serve.batch import classify_file
-    from serve.ray_batch import classify_files_ray
+    from denki.serve.batch import classify_file
+    from denki.serve.ray_batch import classify_files_ray
 
     n_in, n_bad = _write_inputs(tmp_path / "in")
     out = tmp_path / "out"
@@ -170,8 +170,8 @@ def test_classify_on_ray_data_accounts_for_every_row(onnx_classifier, short_tmp,
 
 
 def test_classify_engine_ray_cli_errors(onnx_classifier, tmp_path, capsys):
-    from app.cli import main
-    from serve.ray_batch import expand_inputs
+    from denki.app.cli import main
+    from denki.serve.ray_batch import expand_inputs
 
     assert main(["classify", "--engine", "ray", "--model", str(onnx_classifier), "--input",
                  str(tmp_path / "nothing-*.jsonl"), "--output", str(tmp_path / "o")]) == 2
@@ -190,7 +190,7 @@ def test_classify_engine_ray_cli_errors(onnx_classifier, tmp_path, capsys):
 
 def test_ray_modules_stay_torch_free():
     """serve/ must not import torch at run time, Ray or not (the replicas and actors load only onnxruntime)."""
-    code = ("import sys, serve.ray_batch, serve.ray_serve, serve.ray_setup, ray.serve, ray.data; "
+    code = ("import sys, denki.serve.ray_batch, denki.serve.ray_serve, denki.serve.ray_setup, ray.serve, ray.data; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env={**os.environ, **RAY_ENV})

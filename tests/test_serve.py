@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from models.io.errors import DenkiError
+from denki.models.io.errors import DenkiError
 
 from .conftest import REPO, inquiry_rows
 
@@ -28,7 +28,7 @@ def test_export_parity_and_files(onnx_classifier):
 
 
 def test_export_gate_blocks_and_writes_nothing(classifier_bundle, tmp_path):
-    from models.export.onnx import export_bundle
+    from denki.models.export.onnx import export_bundle
 
     out = tmp_path / "never"
     with pytest.raises(DenkiError, match="parity gate failed"):
@@ -43,7 +43,7 @@ def test_runtime_matches_torch_and_golden(onnx_classifier, classifier_bundle):
     import torch
     from transformers import ElectraForSequenceClassification
 
-    from serve.runtime import Predictor
+    from denki.serve.runtime import Predictor
 
     p = Predictor(onnx_classifier, backend="fp32", device="cpu")
     assert p.provider == "CPUExecutionProvider"
@@ -75,7 +75,7 @@ def test_length_groups_are_optimal_cover_every_row_and_respect_the_cap():
     import itertools
     import random
 
-    from serve.runtime import length_groups
+    from denki.serve.runtime import length_groups
 
     def cost(groups, lengths, c):
         return sum(c + (b - a) * lengths[b - 1] for a, b in groups)
@@ -98,7 +98,7 @@ def test_length_groups_are_optimal_cover_every_row_and_respect_the_cap():
     # a very long row among short ones gets a batch of its own instead of padding 31 others to its length
     assert length_groups([5] * 31 + [128], 32) == [(0, 31), (31, 32)]
     # sorted_batches: the same cut over the rows sorted by length, ties in input order, every row exactly once
-    from serve.runtime import sorted_batches
+    from denki.serve.runtime import sorted_batches
 
     assert [b.tolist() for b in sorted_batches([128] + [5] * 31, 32)] == [list(range(1, 32)), [0]]
     assert sorted_batches([], 8) == []
@@ -107,7 +107,7 @@ def test_length_groups_are_optimal_cover_every_row_and_respect_the_cap():
 def test_optimum_loads_the_export(onnx_classifier):
     from optimum.onnxruntime import ORTModelForSequenceClassification
 
-    from serve.runtime import Predictor
+    from denki.serve.runtime import Predictor
 
     m = ORTModelForSequenceClassification.from_pretrained(str(onnx_classifier), file_name="model.onnx")
     p = Predictor(onnx_classifier, backend="fp32", device="cpu")
@@ -120,7 +120,7 @@ def test_optimum_loads_the_export(onnx_classifier):
 
 def test_runtime_is_torch_free(onnx_classifier):
     code = (
-        "import sys; from serve.runtime import Predictor; from serve.batch import classify_file;"
+        "import sys; from denki.serve.runtime import Predictor; from denki.serve.batch import classify_file;"
         f"p = Predictor({str(onnx_classifier)!r}); r = p.classify(['ログインできません', '新型スマホ']);"
         "assert len(r) == 2 and r[0]['route'];"
         "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')];"
@@ -132,7 +132,7 @@ def test_runtime_is_torch_free(onnx_classifier):
 
 
 def test_tampered_bundle_is_refused(onnx_classifier, tmp_path):
-    from serve.runtime import Predictor
+    from denki.serve.runtime import Predictor
 
     bad = tmp_path / "bad"
     shutil.copytree(onnx_classifier, bad)
@@ -164,7 +164,7 @@ def _corrupt_input(path, rows):
 
 
 def test_batch_accounting_with_corrupt_lines(onnx_classifier, tmp_path):
-    from app.cli import main
+    from denki.app.cli import main
 
     n_in = _corrupt_input(tmp_path / "in.jsonl", inquiry_rows(60))
     out = tmp_path / "out.jsonl"
@@ -182,7 +182,7 @@ def test_batch_accounting_with_corrupt_lines(onnx_classifier, tmp_path):
 
 
 def test_batch_resume_no_duplicates_no_gaps(onnx_classifier, tmp_path):
-    from serve.batch import classify_file
+    from denki.serve.batch import classify_file
 
     rows = inquiry_rows(60)
     n_in = _corrupt_input(tmp_path / "in.jsonl", rows)
@@ -215,7 +215,7 @@ def test_batch_resume_no_duplicates_no_gaps(onnx_classifier, tmp_path):
 
 
 def test_latency_bench_writes_reports(onnx_classifier, classifier_bundle, tmp_path):
-    from serve.bench_latency import bench_latency
+    from denki.serve.bench_latency import bench_latency
 
     res = bench_latency(str(onnx_classifier), str(tmp_path), torch_model=str(classifier_bundle), iterations=3,
                         batch_iterations=2, threads=1, progress=False)
@@ -232,7 +232,7 @@ def test_latency_bench_writes_reports(onnx_classifier, classifier_bundle, tmp_pa
 def test_qa_export_runtime_exact_spans(onnx_qa, qa_bundle):
     from optimum.onnxruntime import ORTModelForQuestionAnswering
 
-    from serve.runtime import Predictor
+    from denki.serve.runtime import Predictor
 
     man = json.loads((onnx_qa / "manifest.json").read_text(encoding="utf-8"))
     assert man["kind"] == "onnx-qa" and man["metrics"]["parity"]["fp32"]["passed"]
@@ -259,12 +259,12 @@ def test_qa_with_answerable_head_exports_its_third_output_and_serves_each_null_r
     ``answerable_logits``, the parity gate compares it, and the runtime decides with task.json's null_rule."""
     import torch
 
-    from models.bundle.pytorch import save_bundle
-    from models.bundle.presets import electra_config
-    from models.export.onnx import export_bundle
-    from models.qa.heads import ElectraForQuestionAnsweringWithAnswerable
-    from models.text.tokenizer import JapaneseTokenizer
-    from serve.runtime import Predictor
+    from denki.models.bundle.pytorch import save_bundle
+    from denki.models.bundle.presets import electra_config
+    from denki.models.export.onnx import export_bundle
+    from denki.models.qa.heads import ElectraForQuestionAnsweringWithAnswerable
+    from denki.models.text.tokenizer import JapaneseTokenizer
+    from denki.serve.runtime import Predictor
 
     from .conftest import SAMPLE_QA_DEV, read_jsonl
 

@@ -11,10 +11,10 @@ import unicodedata
 
 import pytest
 
-from models.io.errors import DenkiError, InputError
-from models.text.normalize import lower_chars, nfkc_with_alignment, normalize_with_alignment
-from models.io.textio import iter_lines
-from models.text.tokenizer import JapaneseTokenizer
+from denki.models.io.errors import DenkiError, InputError
+from denki.models.text.normalize import lower_chars, nfkc_with_alignment, normalize_with_alignment
+from denki.models.io.textio import iter_lines
+from denki.models.text.tokenizer import JapaneseTokenizer
 
 from .conftest import (FLAVOURS, SAMPLE_CORPUS, SAMPLE_QA_DEV, SAMPLE_QA_TRAIN, SAMPLE_ROUTING_DEV, read_jsonl,
                        shared)
@@ -108,7 +108,7 @@ def test_flavours_differ(flavour_tokenizer_dirs):
     toks = {n: JapaneseTokenizer.load(d) for n, d in flavour_tokenizer_dirs.items()}
     assert toks["ipadic"].settings.mecab_dic == "ipadic" and toks["unidic-lite-lower"].settings.do_lower_case
     text = "外国人参政権について話し合った"  # ipadic: について is one word; unidic: に つい て
-    from models.text.tokenizer import mecab_words
+    from denki.models.text.tokenizer import mecab_words
 
     assert mecab_words(text, "ipadic") != mecab_words(text, "unidic_lite")
     lower = toks["unidic-lite-lower"]
@@ -315,7 +315,7 @@ def test_save_load_roundtrip(tiny_tokenizer, tmp_path):
 
 
 def test_cli_train_and_tokenize(tmp_path):
-    from app.cli import main
+    from denki.app.cli import main
 
     out = tmp_path / "tok"
     assert main(["tokenizer", "train", "--corpus", str(SAMPLE_CORPUS), "--vocab-size", "3000",
@@ -351,7 +351,7 @@ def test_cli_train_and_tokenize(tmp_path):
 
 
 def test_help_lists_subcommands(capsys):
-    from app.cli import main
+    from denki.app.cli import main
 
     with pytest.raises(SystemExit):
         main(["--help"])

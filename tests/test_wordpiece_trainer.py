@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from models.io.errors import DenkiError
-from models.text.tokenizer import SPECIAL_TOKENS, JapaneseTokenizer, mecab_words
-from models.text.wordpiece_trainer import train_wordpiece
+from denki.models.io.errors import DenkiError
+from denki.models.text.tokenizer import SPECIAL_TOKENS, JapaneseTokenizer, mecab_words
+from denki.models.text.wordpiece_trainer import train_wordpiece
 
 from .conftest import SAMPLE_CORPUS
 
@@ -18,7 +18,7 @@ SPECIALS = ["[PAD]", "[UNK]"]
 
 @pytest.fixture(scope="module")
 def sample_lines() -> list[str]:
-    from models.io.corpus import iter_corpus
+    from denki.models.io.corpus import iter_corpus
 
     return list(iter_corpus([SAMPLE_CORPUS]))
 

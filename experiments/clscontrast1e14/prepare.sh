@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."  # the repository root
 [ -f runs/tok8k/vocab.txt ] || $B tokenizer train --corpus $C --vocab-size 8000 --out runs/tok8k
 .venv/bin/python - <<'PY'
 from pathlib import Path
-from pretrain.experiment.plan import parse_task, prepare_task_data
+from denki.pretrain.experiment.plan import parse_task, prepare_task_data
 for t in ("livedoor-title", "jaquad-qtype"):
     print(prepare_task_data(parse_task(t, "../shared/data"), Path("runs/evm2e14"), 2000, 500))
 PY

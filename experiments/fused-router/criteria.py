@@ -23,10 +23,10 @@ def encoder_logits(bundle: str, texts: list[str]):
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from models.bundle.format import read_task
-    from models.bundle.pytorch import load_model
-    from models.classify.predict import encode_texts, predict_logits
-    from models.text.tokenizer import JapaneseTokenizer
+    from denki.models.bundle.format import read_task
+    from denki.models.bundle.pytorch import load_model
+    from denki.models.classify.predict import encode_texts, predict_logits
+    from denki.models.text.tokenizer import JapaneseTokenizer
 
     net = load_model(bundle, AutoModelForSequenceClassification).eval()
     tok = JapaneseTokenizer.load(bundle)
@@ -38,11 +38,11 @@ def encoder_logits(bundle: str, texts: list[str]):
 def main() -> None:
     import numpy as np
 
-    from models.bundle.format import read_task
-    from models.classify.baseline import tfidf_baseline
-    from models.classify.evaluate import label_indices
-    from models.classify.fusion import CRITERIA, choose_fusion
-    from models.io.records import read_labelled
+    from denki.models.bundle.format import read_task
+    from denki.models.classify.baseline import tfidf_baseline
+    from denki.models.classify.evaluate import label_indices
+    from denki.models.classify.fusion import CRITERIA, choose_fusion
+    from denki.models.io.records import read_labelled
 
     out = json.loads((HERE / "criteria.json").read_text()) if (HERE / "criteria.json").is_file() else {}
     for arg in sys.argv[1:]:

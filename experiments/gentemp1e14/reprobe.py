@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from pretrain.diagnostics import load_run_probe  # noqa: E402
+from denki.pretrain.diagnostics import load_run_probe  # noqa: E402
 
 for run in sys.argv[1:]:
     model, last, probe = load_run_probe(run)  # gen_temperature from the run's identity

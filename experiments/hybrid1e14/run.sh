@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."  # the repository root
 . experiments/hybrid1e14/common.sh  # env, $C, $R, $B, ft/ft_model
 .venv/bin/python - <<'PY'
 from pathlib import Path
-from pretrain.experiment.plan import parse_task, prepare_task_data
+from denki.pretrain.experiment.plan import parse_task, prepare_task_data
 for t in ("livedoor-title", "jaquad-qtype"):
     prepare_task_data(parse_task(t, "../shared/data"), Path("runs/evm2e14"), 2000, 500)
 PY

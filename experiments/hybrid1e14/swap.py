@@ -11,13 +11,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from models.bundle.format import read_manifest, write_manifest
+from denki.models.bundle.format import read_manifest, write_manifest
 
 
 def main(src: str, out: str) -> int:
     from transformers import ElectraConfig, ElectraForPreTraining
 
-    from models.training.loop import set_seed
+    from denki.models.training.loop import set_seed
 
     src_p, out_p = Path(src), Path(out)
     cfg = ElectraConfig.from_pretrained(src_p)

@@ -13,13 +13,13 @@ import sys
 import numpy as np
 import torch
 
-from models.bundle.pytorch import load_model
-from models.qa.data import read_qa
-from models.qa.features import build_features
-from models.qa.finetune import predict_results
-from models.qa.heads import qa_model_class
-from models.qa.metrics import max_over_golds
-from models.text.tokenizer import JapaneseTokenizer
+from denki.models.bundle.pytorch import load_model
+from denki.models.qa.data import read_qa
+from denki.models.qa.features import build_features
+from denki.models.qa.finetune import predict_results
+from denki.models.qa.heads import qa_model_class
+from denki.models.qa.metrics import max_over_golds
+from denki.models.text.tokenizer import JapaneseTokenizer
 
 TRAINED = 128  # the pretraining --seq-len of every encoder compared here
 

@@ -7,16 +7,16 @@ import sys
 import numpy as np
 import torch
 
-from models.bundle.format import read_task
-from models.bundle.pytorch import load_model
-from models.io.fileio import atomic_write_json
-from models.qa.data import read_qa
-from models.qa.features import build_features
-from models.qa.finetune import THRESHOLD_AT, golds_of, predict_results
-from models.qa.heads import qa_model_class
-from models.qa.metrics import squad_v2_metrics
-from models.qa.postprocess import apply_threshold
-from models.text.tokenizer import JapaneseTokenizer
+from denki.models.bundle.format import read_task
+from denki.models.bundle.pytorch import load_model
+from denki.models.io.fileio import atomic_write_json
+from denki.models.qa.data import read_qa
+from denki.models.qa.features import build_features
+from denki.models.qa.finetune import THRESHOLD_AT, golds_of, predict_results
+from denki.models.qa.heads import qa_model_class
+from denki.models.qa.metrics import squad_v2_metrics
+from denki.models.qa.postprocess import apply_threshold
+from denki.models.text.tokenizer import JapaneseTokenizer
 
 KEYS = ("f1", "exact", "HasAns_f1", "NoAns_exact")
 

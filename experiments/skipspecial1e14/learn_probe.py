@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from models.text.tokenizer import train_tokenizer  # noqa: E402
-from pretrain.model import RTDPretrainer  # noqa: E402
-from pretrain.runlog import last_diagnostics, read_metrics  # noqa: E402
-from pretrain.train import PretrainConfig, run_pretrain  # noqa: E402
+from denki.models.text.tokenizer import train_tokenizer  # noqa: E402
+from denki.pretrain.model import RTDPretrainer  # noqa: E402
+from denki.pretrain.runlog import last_diagnostics, read_metrics  # noqa: E402
+from denki.pretrain.train import PretrainConfig, run_pretrain  # noqa: E402
 
 WORDS = "猫 犬 鳥 魚 花 木 山 川 海 空 雨 雪 風 星 月 石 砂 森 島 橋 駅 町 村 道 家 窓 扉 机 本 紙".split()
 seeds = [int(s) for s in sys.argv[1].split(",")]

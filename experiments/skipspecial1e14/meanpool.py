@@ -34,6 +34,6 @@ me.ElectraForSequenceClassification.forward = seq_forward
 me.ElectraClassificationHead.forward = head_forward
 
 if __name__ == "__main__":
-    from app.cli import main
+    from denki.app.cli import main
 
     sys.exit(main(sys.argv[1:]))

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from models.text.tokenizer import JapaneseTokenizer  # noqa: E402
-from pretrain.diagnostics import load_run_probe  # noqa: E402
+from denki.models.text.tokenizer import JapaneseTokenizer  # noqa: E402
+from denki.pretrain.diagnostics import load_run_probe  # noqa: E402
 
 for run in map(Path, sys.argv[1:]):
     c = json.loads((run / "run.json").read_text(encoding="utf-8"))["config"]

@@ -1,4 +1,5 @@
-"""denki's shipped general checkpoints: named bundles with model cards, in the repository's ``checkpoints/`` folder.
+"""denki's shipped general checkpoints: named bundles with model cards, in the repository's ``checkpoints/`` folder
+(a source tree or an editable install; a wheel does not carry them: :data:`WHERE_TO_GET`).
 
 A checkpoint is an ordinary bundle directory (``manifest.json``, ``config.json``, ``model.safetensors``, the
 tokenizer files; a pretrained ELECTRA also its ``generator/``) plus two files of its own:
@@ -18,8 +19,8 @@ import json
 import os
 from pathlib import Path
 
-from models.io.errors import DenkiError
-from models.io.fileio import sha256_file
+from denki.models.io.errors import DenkiError
+from denki.models.io.fileio import sha256_file
 
 #: the repository's own checkpoints (an editable install finds them beside the code)
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
@@ -81,9 +82,21 @@ def checkpoint_names() -> list[str]:
     return [c["name"] for c in list_checkpoints()]
 
 
+#: where the shipped checkpoints live when an installed denki does not carry them
+WHERE_TO_GET = ("an installed denki carries no checkpoints (20 MB of PyTorch weights, of no use to the torch-free "
+                "runtime): they ship in the checkpoints/ folder of denki's repository — clone it and set "
+                "DENKI_CHECKPOINTS=/path/to/denki/checkpoints")
+
+
+def missing_hint() -> str:
+    """What to do about a checkpoint name that finds nothing: ``WHERE_TO_GET`` when no checkpoint is found at all
+    (an installed wheel without ``DENKI_CHECKPOINTS``), else empty."""
+    return "" if list_checkpoints() else WHERE_TO_GET
+
+
 def write_sums(folder: str | os.PathLike) -> Path:
     """Write ``SHA256SUMS`` for every file under ``folder`` (itself excluded), sorted; returns its path."""
-    from models.io.fileio import atomic_write_text
+    from denki.models.io.fileio import atomic_write_text
 
     d = Path(folder)
     files = sorted(p for p in d.rglob("*") if p.is_file() and p.name != SUMS)

@@ -4,7 +4,7 @@ A bundle is a directory: model files (``config.json`` + ``model.safetensors`` fo
 ONNX), the tokenizer files, an optional ``task.json`` (decision rule shared by PyTorch and ONNX paths) and
 ``manifest.json``::
 
-    {"kind": "pretrained|classifier|qa|onnx-classifier|onnx-qa", "created": ISO-8601,
+    {"format": 1, "kind": "pretrained|classifier|qa|onnx-classifier|onnx-qa", "created": ISO-8601,
      "files": {relative_path: sha256}, "source": {...provenance...}, "metrics": {...}, "versions": {...}}
 
 :func:`verify_bundle` refuses a bundle whose files do not match the manifest. This module is torch-free.
@@ -19,12 +19,16 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from models.io.errors import DenkiError
-from models.io.fileio import atomic_write_json, sha256_file
+from denki.models.io.errors import DenkiError
+from denki.models.io.fileio import atomic_write_json, sha256_file
 
 MANIFEST = "manifest.json"
 TASK = "task.json"
 KINDS = ("pretrained", "classifier", "qa", "onnx-classifier", "onnx-qa")
+#: the bundle format this denki writes and the newest it reads. A manifest without ``format`` is format 1 (every bundle
+#: before the number existed). Raise it when a change would make an older denki misread a bundle; a runtime that
+#: meets a newer format refuses it (:func:`read_manifest`) instead of guessing.
+FORMAT = 1
 _VERSIONED = ("denki", "torch", "transformers", "tokenizers", "fugashi", "unidic-lite", "ipadic", "onnx",
               "onnxruntime-gpu", "onnxruntime", "optimum", "optimum-onnx", "numpy")
 
@@ -58,6 +62,7 @@ def write_manifest(directory: str | os.PathLike, kind: str, *, source: dict | No
         raise ValueError(f"unknown bundle kind {kind!r}")
     d = Path(directory)
     manifest = {
+        "format": FORMAT,
         "kind": kind,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "files": {f: sha256_file(d / f) for f in _bundle_files(d)},
@@ -106,9 +111,34 @@ def read_manifest(directory: str | os.PathLike) -> dict:
     if not mpath.is_file():
         raise DenkiError(f"{d}: not a denki bundle (no {MANIFEST})" + _import_hint(d))
     try:
-        return json.loads(mpath.read_text(encoding="utf-8"))
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise DenkiError(f"{mpath}: invalid JSON ({e})") from None
+    fmt = manifest.get("format", 1)
+    if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1:
+        raise DenkiError(f"{mpath}: field 'format' is {fmt!r}, expected a positive integer")
+    if fmt > FORMAT:
+        raise DenkiError(f"{d}: bundle format {fmt} is newer than this denki reads (format {FORMAT}, denki "
+                         f"{_own_version()}); upgrade denki (pip install -U denki) to load it")
+    return manifest
+
+
+def _own_version() -> str:
+    try:
+        return metadata.version("denki")
+    except metadata.PackageNotFoundError:
+        return "from source"
+
+
+def _kind_error(d: Path, kind, kinds: tuple[str, ...]) -> DenkiError:
+    """A bundle of the wrong kind; the common mix-ups (PyTorch ↔ ONNX) say what to run instead."""
+    if isinstance(kind, str) and f"onnx-{kind}" in kinds:
+        return DenkiError(f"{d}: a PyTorch {kind} bundle; this takes an ONNX bundle — export it first: "
+                          f"denki export --model {d} --out {d.name}-onnx")
+    if isinstance(kind, str) and kind.startswith("onnx-") and kind[len("onnx-"):] in kinds:
+        return DenkiError(f"{d}: an ONNX bundle ({kind}); this takes the PyTorch {kind[len('onnx-'):]} bundle it "
+                          "was exported from")
+    return DenkiError(f"{d}: bundle kind is {kind!r}, expected one of {list(kinds)}")
 
 
 def verify_bundle(directory: str | os.PathLike, kinds: tuple[str, ...] | None = None) -> dict:
@@ -119,7 +149,7 @@ def verify_bundle(directory: str | os.PathLike, kinds: tuple[str, ...] | None = 
     d = Path(directory)
     manifest = read_manifest(d)
     if kinds is not None and manifest.get("kind") not in kinds:
-        raise DenkiError(f"{d}: bundle kind is {manifest.get('kind')!r}, expected one of {list(kinds)}")
+        raise _kind_error(d, manifest.get("kind"), kinds)
     for rel, digest in manifest.get("files", {}).items():
         p = d / rel
         if not p.is_file():

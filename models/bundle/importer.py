@@ -30,8 +30,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from models.io.errors import DenkiError, InputError
-from models.io.fileio import sha256_file
+from denki.models.io.errors import DenkiError, InputError
+from denki.models.io.fileio import sha256_file
 
 #: encoder architectures a ``pretrained`` bundle can hold → model_type
 ENCODER_ARCHITECTURES = {"ElectraForPreTraining": "electra", "ElectraModel": "electra",
@@ -224,7 +224,7 @@ def check_tokenizer(d: Path, texts: list[str]):
     Returns ``(denki tokenizer, hf tokenizer)``."""
     import logging
 
-    from models.text.tokenizer import JapaneseTokenizer
+    from denki.models.text.tokenizer import JapaneseTokenizer
 
     logging.getLogger("transformers.tokenization_utils_base").setLevel(logging.ERROR)  # "sequence > 512" notes
     if not (d / "vocab.txt").is_file():
@@ -248,7 +248,7 @@ def check_tokenizer(d: Path, texts: list[str]):
 
 def read_parity_texts(path: str | os.PathLike, limit: int = 5000) -> list[str]:
     """Extra tokenizer-gate texts: one per line of a UTF-8 text file (.gz allowed)."""
-    from models.io.textio import iter_lines
+    from denki.models.io.textio import iter_lines
 
     out = []
     for _, line in iter_lines(path):
@@ -271,8 +271,8 @@ def import_checkpoint(model: str | os.PathLike, out_dir: str | os.PathLike, *,
                       command: str | None = None) -> dict:
     """Import a checkpoint (see the module docstring) as a ``pretrained`` bundle at ``out_dir``; returns the
     manifest. Nothing is written when a check fails."""
-    from models.bundle.format import command_line
-    from models.bundle.pytorch import save_bundle
+    from denki.models.bundle.format import command_line
+    from denki.models.bundle.pytorch import save_bundle
 
     src, origin = resolve_checkpoint(model, cache_dir=cache_dir, revision=revision)
     texts = PROBE_TEXTS + (read_parity_texts(parity_texts) if parity_texts else [])

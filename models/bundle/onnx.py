@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import os
 
-from models.io.errors import DenkiError
+from denki.models.io.errors import DenkiError
 
 #: backend name → file. ``o2`` holds the graph of the one ``--optimize`` level asked for (O1, O2 or O3); ``o3``
 #: is O3 written beside it (``--optimize O2 O3``). ``int8`` is dynamic per-tensor int8 (what every bundle before the fast-path picker has);
@@ -32,8 +32,14 @@ def passed_gate(manifest: dict, backend: str) -> bool:
 
 
 def import_ort():
+    """``import onnxruntime`` with telemetry off, or a clear error naming the extra (``pip install denki`` alone
+    brings no ONNX Runtime: the user picks the CPU or the GPU build)."""
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-    import onnxruntime as ort
+    try:
+        import onnxruntime as ort
+    except ModuleNotFoundError:
+        raise DenkiError("no ONNX Runtime is installed: pip install 'denki[cpu]' (or 'denki[gpu]' on a CUDA "
+                         "machine; never both)") from None
 
     return ort
 

@@ -5,8 +5,8 @@ import os
 import shutil
 from pathlib import Path
 
-from models.bundle.format import verify_bundle, write_manifest
-from models.io.errors import DenkiError
+from denki.models.bundle.format import verify_bundle, write_manifest
+from denki.models.io.errors import DenkiError
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "denki_tokenizer.json")
 
@@ -33,7 +33,7 @@ def save_bundle(model, tokenizer_dir: str | os.PathLike, out_dir: str | os.PathL
     same way (an imported ELECTRA generator: ``{"generator": model}``), hashed in the manifest like every file;
     ``write_extra(directory)`` writes any other files (a fused router's lexical model) before the manifest.
     Returns the manifest."""
-    from models.io.fileio import atomic_write_json, replace_dir
+    from denki.models.io.fileio import atomic_write_json, replace_dir
 
     out = Path(out_dir)
     tmp = out.with_name(out.name + ".partial")
@@ -68,8 +68,8 @@ def random_init_bundle(size: str, tokenizer_dir: str | os.PathLike, out_dir: str
     import torch
     from transformers import ElectraForPreTraining
 
-    from models.bundle.presets import electra_config
-    from models.text.tokenizer import JapaneseTokenizer
+    from denki.models.bundle.presets import electra_config
+    from denki.models.text.tokenizer import JapaneseTokenizer
 
     tok = JapaneseTokenizer.load(tokenizer_dir)
     torch.manual_seed(seed)

@@ -26,7 +26,7 @@ def tfidf_baseline(train_texts: list[str], train_gold: np.ndarray, dev_texts: li
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
-    from models.classify.metrics import classification_metrics, coverage_curve, ece
+    from denki.models.classify.metrics import classification_metrics, coverage_curve, ece
 
     t0 = time.perf_counter()
     vec = TfidfVectorizer(analyzer="char", ngram_range=(1, 3), sublinear_tf=True, min_df=1,
@@ -46,7 +46,7 @@ def tfidf_baseline(train_texts: list[str], train_gold: np.ndarray, dev_texts: li
     out["settings"] = {"analyzer": "char", "ngram_range": [1, 3], "sublinear_tf": True, "C": C,
                        "max_features": max_features, "features": int(x_train.shape[1])}
     if keep_model:
-        from models.classify.lexical import LexicalModel
+        from denki.models.classify.lexical import LexicalModel
 
         out["model"] = LexicalModel.from_sklearn(vec, clf, len(labels))
         out["dev_probs"] = probs

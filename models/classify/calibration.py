@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from models.classify.decision import softmax
-from models.classify.metrics import classification_metrics, nll
+from denki.models.classify.decision import softmax
+from denki.models.classify.metrics import classification_metrics, nll
 
 EPS = 1e-6
 

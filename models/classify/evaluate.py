@@ -8,15 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle.format import resolve_bundle
-from models.classify.decision import decide, softmax
-from models.classify.metrics import classification_metrics, coverage_curve, ece, nll, reliability_bins
+from denki.models.bundle.format import resolve_bundle
+from denki.models.classify.decision import decide, softmax
+from denki.models.classify.metrics import classification_metrics, coverage_curve, ece, nll, reliability_bins
 
 
 def label_indices(labels: list[str], task_labels: list[str], path: str, lines: list[int],
                   field: str = "label") -> np.ndarray:
     """Map gold label strings to the bundle's label indices; an unknown label is an :class:`InputError`."""
-    from models.io.errors import InputError
+    from denki.models.io.errors import InputError
 
     index = {lab: i for i, lab in enumerate(task_labels)}
     out = np.empty(len(labels), dtype=np.int64)
@@ -76,9 +76,9 @@ def evaluate_bundle(model_dir: str | os.PathLike, data_path: str | os.PathLike, 
     ``logits_fn`` (``texts → logits (n, K)``) scores the texts; by default a PyTorch ``classifier`` bundle is
     loaded (torch imported only then). ONNX bundles need it passed in (``serve.evaluate.onnx_logits_fn``; the
     ``models`` layer does not import ``serve``)."""
-    from models.bundle.format import read_manifest, read_task
-    from models.io.errors import DenkiError
-    from models.io.records import read_labelled
+    from denki.models.bundle.format import read_manifest, read_task
+    from denki.models.io.errors import DenkiError
+    from denki.models.io.records import read_labelled
 
     bundle_dir = resolve_bundle(model_dir)
     manifest = read_manifest(bundle_dir)
@@ -96,7 +96,7 @@ def evaluate_bundle(model_dir: str | os.PathLike, data_path: str | os.PathLike, 
         if kind != "classifier":
             raise DenkiError(f"{bundle_dir}: an ONNX bundle is scored through the serve runtime; use "
                              "`denki evaluate classify` (or pass serve.evaluate.onnx_logits_fn)")
-        from models.classify.predict import torch_logits_fn
+        from denki.models.classify.predict import torch_logits_fn
 
         logits_fn = torch_logits_fn(bundle_dir, device=device, batch_size=batch_size, progress=progress)
     t0 = time.perf_counter()

@@ -26,12 +26,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from models.bundle.format import resolve_bundle
-from models.classify.fusion import choose_fusion, fuse
-from models.classify.predict import autocast, collate, encode_texts, length_batches, predict_logits
-from models.io.errors import DenkiError
-from models.training.defaults import default_layer_decay, default_lr  # by encoder width, shared with QA
-from models.training.pretrain_health import warn_if_unlearned
+from denki.models.bundle.format import resolve_bundle
+from denki.models.classify.fusion import choose_fusion, fuse
+from denki.models.classify.predict import autocast, collate, encode_texts, length_batches, predict_logits
+from denki.models.io.errors import DenkiError
+from denki.models.training.defaults import default_layer_decay, default_lr  # by encoder width, shared with QA
+from denki.models.training.pretrain_health import warn_if_unlearned
 
 
 #: ``--class-weights auto`` turns the balanced loss on when the most frequent training label has at least this many
@@ -99,9 +99,9 @@ def make_model_factory(*, labels: list[str], bundle: str | None = None, random_s
     from transformers import AutoModelForSequenceClassification, ElectraForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from models.bundle.pytorch import load_model
-    from models.bundle.presets import electra_config
-    from models.training.loop import set_seed
+    from denki.models.bundle.pytorch import load_model
+    from denki.models.bundle.presets import electra_config
+    from denki.models.training.loop import set_seed
 
     id2label = dict(enumerate(labels))
     label2id = {lab: i for i, lab in enumerate(labels)}
@@ -125,7 +125,7 @@ def make_model_factory(*, labels: list[str], bundle: str | None = None, random_s
 
 
 def _dev_macro_f1(logits: np.ndarray, gold: np.ndarray, labels: list[str]) -> dict:
-    from models.classify.metrics import classification_metrics
+    from denki.models.classify.metrics import classification_metrics
 
     m = classification_metrics(gold, logits.argmax(axis=1), labels)
     return {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"]}
@@ -136,7 +136,7 @@ def train_one_seed(make_model, seed: int, train_ids: list[np.ndarray], train_gol
                    *, pad_id: int = 0) -> dict:
     """Fine-tune one seed; return ``{seed, state (best epoch, CPU tensors), dev_logits, best_epoch, history,
     seconds, lr, accuracy, macro_f1}``."""
-    from models.training.loop import build_optimizer, pick_device, set_seed, warmup_linear_schedule
+    from denki.models.training.loop import build_optimizer, pick_device, set_seed, warmup_linear_schedule
 
     device = pick_device(cfg.device)
     model = make_model(seed).to(device)
@@ -217,7 +217,7 @@ def _subsample(data, n: int | None, seed: int = 0):
 
 def _bundle_labels(bundle: str) -> list[str] | None:
     """The label list of a classifier bundle (``task.json``), or None."""
-    from models.bundle.format import read_task
+    from denki.models.bundle.format import read_task
 
     return read_task(bundle).get("labels")
 
@@ -230,7 +230,7 @@ def _save_dev_logits(out: Path, runs: list[dict], lex_logits: np.ndarray | None,
     (``lexical``) and the gold indices — so a fusion or calibration rule can be studied again without retraining."""
     import io
 
-    from models.io.fileio import atomic_write_bytes
+    from denki.models.io.fileio import atomic_write_bytes
 
     arrays = {f"seed_{r['seed']}": np.asarray(r["dev_logits"], dtype=np.float32) for r in runs}
     if lex_logits is not None:
@@ -280,14 +280,14 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
 
     ``fusion``: ``auto`` ships the encoder fused with the TF-IDF model (:mod:`models.classify.fusion`) when the
     fused router's cross-fitted dev macro-F1 beats the encoder's alone, ``on`` always, ``off`` never."""
-    from models.bundle.format import check_model_source, command_line, read_manifest
-    from models.classify.calibration import choose_threshold, fit_min_recall_offsets, fit_temperature, offsets_cost
-    from models.classify.evaluate import evaluate_logits, label_indices
-    from models.classify.report import write_report
-    from models.io.fileio import atomic_write_text, sha256_file
-    from models.io.records import check_label_sets, read_labelled
-    from models.text.tokenizer import JapaneseTokenizer
-    from models.training.loop import median_index, pick_device
+    from denki.models.bundle.format import check_model_source, command_line, read_manifest
+    from denki.models.classify.calibration import choose_threshold, fit_min_recall_offsets, fit_temperature, offsets_cost
+    from denki.models.classify.evaluate import evaluate_logits, label_indices
+    from denki.models.classify.report import write_report
+    from denki.models.io.fileio import atomic_write_text, sha256_file
+    from denki.models.io.records import check_label_sets, read_labelled
+    from denki.models.text.tokenizer import JapaneseTokenizer
+    from denki.models.training.loop import median_index, pick_device
 
     cfg = cfg or FinetuneConfig()
     check_model_source(model, init_random, tokenizer_dir)
@@ -379,7 +379,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     # the TF-IDF model (the baseline beside every report, and the lexical half of a fused router)
     base, lexical, lex_logits, lex_probs = None, None, None, None
     if baseline:
-        from models.classify.baseline import tfidf_baseline
+        from denki.models.classify.baseline import tfidf_baseline
 
         print("TF-IDF baseline …", flush=True)
         base = tfidf_baseline(train.texts, train_gold, dev.texts, dev_gold, labels, keep_model=True)
@@ -395,7 +395,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     floors = {labels.index(lab): v for lab, v in min_recall.items()}
     offsets, reached = fit_min_recall_offsets(dev_logits, dev_gold, floors)
     idx = np.argmax(dev_logits + offsets[None, :], axis=1)
-    from models.classify.decision import softmax
+    from denki.models.classify.decision import softmax
 
     score = softmax(dev_logits / temperature, axis=1)[np.arange(len(idx)), idx]
     thr = choose_threshold(score, idx == dev_gold, target_precision=target_precision,
@@ -417,7 +417,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
                          "score = scores[label]; route = human_label if score < threshold else label",
     }
     if ship:
-        from models.classify.lexical import LEXICAL_FILE, LEXICAL_VOCAB
+        from denki.models.classify.lexical import LEXICAL_FILE, LEXICAL_VOCAB
 
         task["fusion"] = {"mode": fusion_report["mode"], "weight": fusion_report["weight"],
                           "lexical": LEXICAL_FILE, "lexical_vocab": LEXICAL_VOCAB,
@@ -452,7 +452,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     }
     bundle_metrics = {k2: dev_eval[k2] for k2 in ("accuracy", "macro_f1", "ece", "ece_uncalibrated",
                                                   "abstain_rate", "accuracy_non_abstained")}
-    from models.bundle.pytorch import save_bundle
+    from denki.models.bundle.pytorch import save_bundle
 
     out.mkdir(parents=True, exist_ok=True)
     save_bundle(net, tokenizer_dir, out / "bundle", "classifier", source=source, metrics=bundle_metrics,

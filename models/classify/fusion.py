@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.classify.decision import softmax
-from models.classify.metrics import classification_metrics, nll
+from denki.models.classify.decision import softmax
+from denki.models.classify.metrics import classification_metrics, nll
 
 MODES = ("prob", "loglinear")
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))  # the encoder's weight; 0 = TF-IDF alone, 1 = encoder alone

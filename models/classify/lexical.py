@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.io.errors import DenkiError
+from denki.models.io.errors import DenkiError
 
 LEXICAL_FILE = "lexical.safetensors"
 LEXICAL_VOCAB = "lexical_vocab.json"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def _plt():
-    from models.io.plotting import setup_matplotlib  # Agg + a Japanese font: labels are often Japanese department names
+    from denki.models.io.plotting import setup_matplotlib  # Agg + a Japanese font: labels are often Japanese department names
 
     return setup_matplotlib()
 

@@ -94,10 +94,10 @@ def torch_logits_fn(bundle_dir: Path, *, device: str = "auto", batch_size: int =
     fused router (``task.json`` ``fusion``) the fused logits, as the ONNX runtime gives them."""
     from transformers import AutoModelForSequenceClassification  # ELECTRA or BERT, as config.json says
 
-    from models.bundle.format import read_task
-    from models.bundle.pytorch import load_model
-    from models.text.tokenizer import JapaneseTokenizer
-    from models.training.loop import pick_device
+    from denki.models.bundle.format import read_task
+    from denki.models.bundle.pytorch import load_model
+    from denki.models.text.tokenizer import JapaneseTokenizer
+    from denki.models.training.loop import pick_device
 
     task = read_task(bundle_dir)
     dev = pick_device(device)
@@ -105,12 +105,12 @@ def torch_logits_fn(bundle_dir: Path, *, device: str = "auto", batch_size: int =
     tok = JapaneseTokenizer.load(bundle_dir)
     lexical = None
     if task.get("fusion"):
-        from models.classify.lexical import LexicalModel
+        from denki.models.classify.lexical import LexicalModel
 
         lexical = LexicalModel.load(bundle_dir)
 
     def fn(texts: list[str]) -> np.ndarray:
-        from models.classify.fusion import fused_logits
+        from denki.models.classify.fusion import fused_logits
 
         ids, _ = encode_texts(tok, texts, int(task.get("max_length", 128)), progress=progress)
         # fp32 even on CUDA: evaluation should match the ONNX fp32 path, and inference is cheap

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.io.fileio import atomic_write_json, atomic_write_text
+from denki.models.io.fileio import atomic_write_json, atomic_write_text
 
 
 def _f(x, nd: int = 3) -> str:
@@ -139,7 +139,7 @@ def _markdown(r: dict) -> str:
 
 def write_report(report: dict, out_dir) -> None:
     """Write the PNGs, ``report.json`` (curves included) and ``report.md``."""
-    from models.classify.plots import plot_confusion, plot_coverage, plot_reliability
+    from denki.models.classify.plots import plot_confusion, plot_coverage, plot_reliability
 
     out = Path(out_dir)
     dev, task = report["dev"], report["task"]

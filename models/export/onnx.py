@@ -41,10 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle.format import command_line, read_manifest, read_task, resolve_bundle, verify_bundle, write_manifest
-from models.bundle.onnx import INT8_VARIANTS, MODEL_FILES
-from models.io.errors import DenkiError
-from models.io.fileio import replace_dir
+from denki.models.bundle.format import command_line, read_manifest, read_task, resolve_bundle, verify_bundle, write_manifest
+from denki.models.bundle.onnx import INT8_VARIANTS, MODEL_FILES
+from denki.models.io.errors import DenkiError
+from denki.models.io.fileio import replace_dir
 
 TASKS = {"classifier": ("text-classification", "onnx-classifier"), "qa": ("question-answering", "onnx-qa")}
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "denki_tokenizer.json")
@@ -83,7 +83,7 @@ def _export_fp32_answerable(src: Path, work: Path) -> Path:
     from optimum.exporters.onnx import export
     from optimum.exporters.tasks import TasksManager
 
-    from models.qa.heads import qa_model_class
+    from denki.models.qa.heads import qa_model_class
 
     model = _torch_model(src, "qa", answerable_head=True)
     ctor = TasksManager.get_exporter_config_constructor("onnx", model_type=model.config.model_type,
@@ -173,11 +173,11 @@ def _load_parity(src: Path, kind: str, parity_data: str | None, task: dict, limi
     """Texts (+ labels) for a classifier, (question, context) pairs for QA."""
     if parity_data:
         if kind == "classifier":
-            from models.io.records import read_labelled
+            from denki.models.io.records import read_labelled
 
             data = read_labelled(parity_data, task.get("text_field", "text"), task.get("label_field", "label"))
             return {"texts": list(data.texts)[:limit], "labels": list(data.labels)[:limit]}
-        from models.qa.data import read_qa
+        from denki.models.qa.data import read_qa
 
         qa = read_qa(parity_data, limit=limit)
         return {"pairs": [(e.question, e.context) for e in qa.examples][:limit]}
@@ -194,8 +194,8 @@ def _torch_model(src: Path, kind: str, answerable_head: bool = False):
     # Auto classes: the bundle's config.json decides the architecture (ELECTRA, or BERT from `denki import`)
     from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 
-    from models.bundle.pytorch import load_model
-    from models.qa.heads import qa_model_class
+    from denki.models.bundle.pytorch import load_model
+    from denki.models.qa.heads import qa_model_class
 
     if answerable_head:
         cls = qa_model_class(src, answerable_head=True)
@@ -222,7 +222,7 @@ def _run_torch(model, batch) -> list[np.ndarray]:
 
 def _session_outputs(path: Path, batch: dict, cache: dict) -> list[np.ndarray] | None:
     """Run an ONNX file on CPU (sessions cached); ``None`` if the CPU provider cannot run it (fp16 kernels)."""
-    from models.bundle.onnx import open_session
+    from denki.models.bundle.onnx import open_session
 
     if path not in cache:
         try:
@@ -271,8 +271,8 @@ def _parity_classifier(model, tok, files: dict[str, Path], data: dict, task: dic
 
 
 def _parity_qa(model, tok, files: dict[str, Path], data: dict, task: dict) -> dict:
-    from models.qa.metrics import f1_score
-    from models.qa.postprocess import postprocess_question
+    from denki.models.qa.metrics import f1_score
+    from denki.models.qa.postprocess import postprocess_question
 
     max_length, stride = int(task.get("max_length", 384)), int(task.get("doc_stride", 128))
     thr = float(task.get("null_threshold", 0.0))
@@ -329,8 +329,8 @@ LEXICAL_ATOL = 1e-4  # probabilities; measured: 1.2e-7 on livedoor titles (float
 def _lexical_gate(src: Path) -> dict:
     """A fused router's lexical half: the bundle's numpy TF-IDF model must give the probabilities scikit-learn
     gave at fine-tuning (``parity_sample.json`` ``lexical_probs``) within :data:`LEXICAL_ATOL`."""
-    from models.classify.decision import softmax
-    from models.classify.lexical import LexicalModel
+    from denki.models.classify.decision import softmax
+    from denki.models.classify.lexical import LexicalModel
 
     sample = json.loads((src / "parity_sample.json").read_text(encoding="utf-8"))
     if "lexical_probs" not in sample:
@@ -406,7 +406,7 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
     """
     from tqdm.auto import tqdm
 
-    from models.text.tokenizer import JapaneseTokenizer
+    from denki.models.text.tokenizer import JapaneseTokenizer
 
     _quiet()
     src = resolve_bundle(model_dir)

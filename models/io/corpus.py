@@ -21,10 +21,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from models.io.errors import InputError
-from models.io.fileio import sha256_file
-from models.io.records import file_format, iter_records
-from models.io.textio import count_lines, iter_lines
+from denki.models.io.errors import InputError
+from denki.models.io.fileio import sha256_file
+from denki.models.io.records import file_format, iter_records
+from denki.models.io.textio import count_lines, iter_lines
 
 DEFAULT_FIELDS = ("text",)
 CORPUS_HELP = ("corpus sources: text files (.txt/.txt.gz, one paragraph per line) and/or JSONL/CSV files "

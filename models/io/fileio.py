@@ -8,11 +8,27 @@ import tempfile
 from pathlib import Path
 
 
+def _file_mode() -> int:
+    """The mode ``open()`` gives a new file under this process's umask (0o644 under the usual 0o022). The umask can
+    only be read by setting it, so it is set back at once."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def temp_file_beside(path: Path) -> tuple[int, str]:
+    """``mkstemp`` next to ``path`` (same file system, so the final rename is atomic), with the mode a plain
+    ``open()`` would give: mkstemp's 0600 would keep a service running as another user from reading a bundle."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    os.fchmod(fd, _file_mode())
+    return fd, tmp
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see either the old file or the complete new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    fd, tmp = temp_file_beside(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from models.io.errors import InputError
-from models.io.textio import iter_lines, open_binary
+from denki.models.io.errors import InputError
+from denki.models.io.textio import iter_lines, open_binary
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 CSV_SUFFIXES = (".csv",)

@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from models.io.errors import InputError
+from denki.models.io.errors import InputError
 
 
 def open_binary(path: str | os.PathLike):

@@ -19,8 +19,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from models.io.errors import InputError
-from models.io.textio import open_binary
+from denki.models.io.errors import InputError
+from denki.models.io.textio import open_binary
 
 
 @dataclass

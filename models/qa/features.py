@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from models.qa.data import QAExample
+from denki.models.qa.data import QAExample
 
 
 @dataclass

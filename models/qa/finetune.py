@@ -19,14 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from models.io.errors import DenkiError
-from models.io.fileio import atomic_write_json, atomic_write_text
-from models.qa.data import QAData, QAExample, read_qa
-from models.qa.features import QAFeatures, build_features
-from models.qa.metrics import f1_vs_threshold, max_over_golds, squad_v2_metrics
-from models.qa.postprocess import NO_SPAN, apply_threshold, postprocess_predictions
-from models.training.defaults import default_answerable_head, default_lr
-from models.training.positions import POSITION_INITS, tile_positions, trained_positions
+from denki.models.io.errors import DenkiError
+from denki.models.io.fileio import atomic_write_json, atomic_write_text
+from denki.models.qa.data import QAData, QAExample, read_qa
+from denki.models.qa.features import QAFeatures, build_features
+from denki.models.qa.metrics import f1_vs_threshold, max_over_golds, squad_v2_metrics
+from denki.models.qa.postprocess import NO_SPAN, apply_threshold, postprocess_predictions
+from denki.models.training.defaults import default_answerable_head, default_lr
+from denki.models.training.positions import POSITION_INITS, tile_positions, trained_positions
 
 TASK_FORMAT = 1
 PARITY_SAMPLE = "parity_sample.json"
@@ -127,17 +127,17 @@ def train_one(bundle: str | Path, tokenizer, features: QAFeatures, *, seed: int,
     from tqdm.auto import tqdm
     from transformers.utils import logging as hf_logging
 
-    from models.bundle.pytorch import load_model
-    from models.training.loop import build_optimizer, set_seed, warmup_linear_schedule
+    from denki.models.bundle.pytorch import load_model
+    from denki.models.training.loop import build_optimizer, set_seed, warmup_linear_schedule
 
     set_seed(seed)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "qa_outputs newly initialised" is expected, not news
     try:
-        from models.qa.heads import qa_model_class
+        from denki.models.qa.heads import qa_model_class
 
         if random_size is not None:  # the control: the same architecture, no pretraining (init depends on seed)
-            from models.bundle.presets import electra_config
+            from denki.models.bundle.presets import electra_config
 
             model = qa_model_class(None, answerable_head)(electra_config(random_size, tokenizer.vocab_size))
         else:
@@ -218,7 +218,7 @@ def error_examples(examples: list[QAExample], results: dict[str, dict], k: int =
 
 def plot_report(out_dir: Path, examples: list[QAExample], results: dict[str, dict], threshold: float) -> list[str]:
     """Two PNGs: histogram of ``null_score_diff`` for HasAns vs NoAns; overall F1 vs threshold."""
-    from models.io.plotting import setup_matplotlib
+    from denki.models.io.plotting import setup_matplotlib
 
     plt = setup_matplotlib()
 
@@ -357,11 +357,11 @@ def finetune_qa(*, model: str | None = None, train: str, dev: str, out: str, max
     pretraining never trained (:mod:`models.training.positions`); "keep" leaves them. Returns the report dict."""
     import torch
 
-    from models.bundle.format import check_model_source, command_line, read_manifest, resolve_bundle
-    from models.training.pretrain_health import warn_if_unlearned
-    from models.bundle.pytorch import save_bundle
-    from models.text.tokenizer import JapaneseTokenizer
-    from models.training.loop import median_index, pick_device
+    from denki.models.bundle.format import check_model_source, command_line, read_manifest, resolve_bundle
+    from denki.models.training.pretrain_health import warn_if_unlearned
+    from denki.models.bundle.pytorch import save_bundle
+    from denki.models.text.tokenizer import JapaneseTokenizer
+    from denki.models.training.loop import median_index, pick_device
 
     if threads:
         torch.set_num_threads(threads)
@@ -486,10 +486,10 @@ def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predic
     """Score a ``qa`` bundle on a labelled file with the bundle's own threshold and windowing."""
     import torch
 
-    from models.bundle.format import read_task, resolve_bundle, verify_bundle
-    from models.bundle.pytorch import load_model
-    from models.text.tokenizer import JapaneseTokenizer
-    from models.training.loop import pick_device
+    from denki.models.bundle.format import read_task, resolve_bundle, verify_bundle
+    from denki.models.bundle.pytorch import load_model
+    from denki.models.text.tokenizer import JapaneseTokenizer
+    from denki.models.training.loop import pick_device
 
     if threads:
         torch.set_num_threads(threads)
@@ -498,7 +498,7 @@ def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predic
     task = read_task(model)
     if task.get("task") != "qa":
         raise DenkiError(f"{model}: task.json is missing or not a QA task")
-    from models.qa.heads import qa_model_class
+    from denki.models.qa.heads import qa_model_class
 
     m = load_model(model, qa_model_class(model, task.get("answerable_head", False)), kinds=("qa",))
     m.to(pick_device(device))

@@ -80,7 +80,7 @@ def qa_model_class(bundle_dir, answerable_head: bool = False):
     p = Path(bundle_dir) / "config.json" if bundle_dir is not None else None
     model_type = json.loads(p.read_text(encoding="utf-8")).get("model_type") if p and p.is_file() else "electra"
     if model_type not in _QA_CLASSES:
-        from models.io.errors import DenkiError
+        from denki.models.io.errors import DenkiError
 
         raise DenkiError(f"{p}: model_type {model_type!r}; QA fine-tuning supports {sorted(_QA_CLASSES)}")
     return _QA_CLASSES[model_type][int(bool(answerable_head))]

@@ -25,7 +25,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from models.io.errors import InputError
+from denki.models.io.errors import InputError
 
 DICTIONARIES = ("unidic_lite", "ipadic", "unidic")
 SUBWORD_TYPES = ("wordpiece", "character")

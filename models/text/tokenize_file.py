@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
-from models.io.textio import count_lines, iter_lines
-from models.text.tokenizer import JapaneseTokenizer
+from denki.models.io.fileio import temp_file_beside
+from denki.models.io.textio import count_lines, iter_lines
+from denki.models.text.tokenizer import JapaneseTokenizer
 
 
 def tokenize_file(tokenizer_dir, input_path, output_path, *, max_length: int | None = None,
@@ -23,7 +23,7 @@ def tokenize_file(tokenizer_dir, input_path, output_path, *, max_length: int | N
     out = Path(output_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     n_lines = n_tokens = n_unk = n_chars = 0
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
+    fd, tmp = temp_file_beside(out)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             for lineno, text in tqdm(iter_lines(input_path), total=count_lines(input_path), unit=" lines",

@@ -35,10 +35,10 @@ import unicodedata
 
 import numpy as np
 
-from models.io.errors import DenkiError
-from models.io.fileio import atomic_write_json, atomic_write_text
-from models.text.normalize import lower_chars, nfkc_with_alignment, normalize_with_alignment
-from models.text.settings import TokenizerSettings, read_settings
+from denki.models.io.errors import DenkiError
+from denki.models.io.fileio import atomic_write_json, atomic_write_text
+from denki.models.text.normalize import lower_chars, nfkc_with_alignment, normalize_with_alignment
+from denki.models.text.settings import TokenizerSettings, read_settings
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK]  # ids 0..4 in every vocabulary denki trains
@@ -67,8 +67,9 @@ def dictionary_dir(dic: str) -> str:
         else:
             raise DenkiError(f"unknown MeCab dictionary {dic!r}")
     except ModuleNotFoundError:
-        raise DenkiError(f"the MeCab dictionary {dic!r} is not installed: pip install {dic.replace('_', '-')}"
-                         + (" && python -m unidic download" if dic == "unidic" else "")) from None
+        fix = {"ipadic": "pip install 'denki[ipadic]'", "unidic": "pip install unidic && python -m unidic download"}
+        raise DenkiError(f"the MeCab dictionary {dic!r} is not installed: "
+                         f"{fix.get(dic, 'pip install ' + dic.replace('_', '-'))}") from None
     if not os.path.isdir(mod.DICDIR):
         raise DenkiError(f"the MeCab dictionary {dic!r} has no files at {mod.DICDIR}"
                          + (" (run `python -m unidic download`)" if dic == "unidic" else ""))
@@ -559,8 +560,8 @@ def train_tokenizer(corpus_files: Sequence[str | os.PathLike], vocab_size: int =
 
     from tqdm.auto import tqdm
 
-    from models.io.corpus import count_source_lines, iter_corpus, iter_source
-    from models.text.wordpiece_trainer import train_wordpiece
+    from denki.models.io.corpus import count_source_lines, iter_corpus, iter_source
+    from denki.models.text.wordpiece_trainer import train_wordpiece
 
     if vocab_size <= len(SPECIAL_TOKENS):
         raise DenkiError(f"--vocab-size must be larger than {len(SPECIAL_TOKENS)}")

@@ -40,7 +40,7 @@ import heapq
 from collections import Counter
 from collections.abc import Mapping
 
-from models.io.errors import DenkiError
+from denki.models.io.errors import DenkiError
 
 
 def _alphabet(word_counts: Mapping[str, int], limit_alphabet: int | None) -> set[str]:

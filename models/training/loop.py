@@ -18,7 +18,7 @@ def set_seed(seed: int) -> None:
 
 def pick_device(name: str = "auto") -> torch.device:
     """``auto`` → CUDA when available, else CPU; ``cuda`` without a GPU is a clear error."""
-    from models.io.errors import DenkiError
+    from denki.models.io.errors import DenkiError
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -9,8 +9,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from models.io.errors import DenkiError, InputError
-from models.io.fileio import atomic_write_json, atomic_write_text
+from denki.models.io.errors import DenkiError, InputError
+from denki.models.io.fileio import atomic_write_json, atomic_write_text
 
 # ------------------------------------------------------------------------------------------------ tasks
 #: built-in task names → files in the shared data folder (see ../shared/data/README.md)
@@ -175,7 +175,7 @@ def prepare_task_data(spec: TaskSpec, out_dir: Path, max_train: int | None, max_
     d.mkdir(parents=True, exist_ok=True)
     counts = {}
     if spec.kind == "classify":
-        from models.io.records import iter_records
+        from denki.models.io.records import iter_records
 
         fields = [f for f in spec.text_field.split("+") if f] + [spec.label_field]
         train_labels = None
@@ -192,7 +192,7 @@ def prepare_task_data(spec: TaskSpec, out_dir: Path, max_train: int | None, max_
             counts[role] = len(rows)
             atomic_write_text(d / f"{role}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     else:
-        from models.qa.data import read_qa
+        from denki.models.qa.data import read_qa
 
         for role, path, k in (("train", spec.train, max_train), ("dev", spec.dev, max_dev)):
             ex = read_qa(path).examples

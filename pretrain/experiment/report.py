@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.io.fileio import atomic_write_json, atomic_write_text
+from denki.models.io.fileio import atomic_write_json, atomic_write_text
 
 from .plan import QA_SPAN_METRIC, ExperimentConfig, Model, TaskSpec, budget_tag
 
@@ -67,7 +67,7 @@ def trivial_reference(task: TaskSpec) -> dict:
 
 def build_report(cfg: ExperimentConfig, models: list[Model], tasks: list[TaskSpec], results: list[dict],
                  probes: dict) -> dict:
-    from models.bundle.format import command_line
+    from denki.models.bundle.format import command_line
 
     by = {}
     for r in results:
@@ -121,7 +121,7 @@ def plot_score_vs_flops(report: dict, path: Path) -> None:
     the random-init control as a dashed line."""
     from matplotlib.ticker import NullFormatter
 
-    from models.io.plotting import setup_matplotlib
+    from denki.models.io.plotting import setup_matplotlib
 
     plt = setup_matplotlib()
 

@@ -9,14 +9,14 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from models.io.errors import DenkiError
-from models.io.fileio import atomic_write_json
+from denki.models.io.errors import DenkiError
+from denki.models.io.fileio import atomic_write_json
 
 from .plan import QA_SPAN_METRIC, ExperimentConfig, Model, TaskSpec, budget_tag, prepare_task_data
 from .report import build_report, write_report
 
 def _pretrain_stage(cfg: ExperimentConfig, objective: str, budget: float) -> Model:
-    from pretrain.train import PretrainConfig, run_pretrain
+    from denki.pretrain.train import PretrainConfig, run_pretrain
 
     mid = f"{objective}-{budget_tag(budget)}"
     run = Path(cfg.out) / "pretrain" / mid
@@ -31,8 +31,8 @@ def _pretrain_stage(cfg: ExperimentConfig, objective: str, budget: float) -> Mod
 
 
 def _random_stage(cfg: ExperimentConfig) -> Model:
-    from models.bundle.format import verify_bundle
-    from models.bundle.pytorch import random_init_bundle
+    from denki.models.bundle.format import verify_bundle
+    from denki.models.bundle.pytorch import random_init_bundle
 
     b = Path(cfg.out) / "random" / "bundle"
     try:
@@ -52,8 +52,8 @@ def cls_probe(bundle: Path, texts: list[str], out_json: Path, max_length: int = 
     import torch
     from transformers import ElectraModel
 
-    from models.bundle.pytorch import load_model
-    from models.text.tokenizer import JapaneseTokenizer
+    from denki.models.bundle.pytorch import load_model
+    from denki.models.text.tokenizer import JapaneseTokenizer
 
     tok = JapaneseTokenizer.load(bundle)
     model = load_model(bundle, ElectraModel).eval()
@@ -76,7 +76,7 @@ def cls_probe(bundle: Path, texts: list[str], out_json: Path, max_length: int = 
 
 
 def _probe_texts(corpus: list[str], n: int = 64) -> list[str]:
-    from models.io.corpus import iter_corpus
+    from denki.models.io.corpus import iter_corpus
 
     texts = []
     for item in iter_corpus(corpus):
@@ -102,7 +102,7 @@ def _finetune_stage(cfg: ExperimentConfig, model: Model, task: TaskSpec, seed: i
         shutil.rmtree(d)
     t0 = time.perf_counter()
     if task.kind == "classify":
-        from models.classify.finetune import FinetuneConfig, finetune
+        from denki.models.classify.finetune import FinetuneConfig, finetune
 
         ep = {} if cfg.epochs is None else {"epochs": int(max(1, round(cfg.epochs)))}
         fc = FinetuneConfig(max_length=cfg.max_length, seeds=[seed], device=cfg.device, progress=cfg.progress,
@@ -113,7 +113,7 @@ def _finetune_stage(cfg: ExperimentConfig, model: Model, task: TaskSpec, seed: i
         res = {"macro_f1": s["macro_f1"], "accuracy": s["accuracy"], "best_epoch": s["best_epoch"],
                "epochs_run": s["epochs_run"], "lr": rep["config"].get("lr")}
     else:
-        from models.qa.finetune import finetune_qa
+        from denki.models.qa.finetune import finetune_qa
 
         kw = {"lr": cfg.lr} if cfg.lr is not None else {}
         if cfg.epochs is not None:
@@ -180,7 +180,7 @@ def run_experiment(cfg: ExperimentConfig) -> dict:
     """Run (or resume) every stage, then write the report. Returns the report dict."""
     import torch
 
-    from models.bundle.presets import SIZES
+    from denki.models.bundle.presets import SIZES
 
     if cfg.size not in SIZES:
         raise DenkiError(f"unknown size {cfg.size!r}; choose one of {sorted(SIZES)}")
@@ -192,7 +192,7 @@ def run_experiment(cfg: ExperimentConfig) -> dict:
         raise DenkiError("give at least one --tasks name")
     if len({t.name for t in cfg.tasks}) != len(cfg.tasks):
         raise DenkiError("task names must be unique")
-    from models.io.corpus import parse_source
+    from denki.models.io.corpus import parse_source
 
     for p in cfg.corpus:  # a missing file, or fields on a text file, fails here, before any stage runs
         parse_source(p)
