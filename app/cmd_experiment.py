@@ -26,7 +26,7 @@ def register(sub) -> None:
     e.add_argument("--corpus", nargs="+", required=True, metavar="SOURCE", help=CORPUS_HELP)
     e.add_argument("--tokenizer", required=True, metavar="DIR", help="tokenizer directory (denki tokenizer train)")
     e.add_argument("--out", required=True, metavar="DIR", help="experiment directory (stages cached here)")
-    e.add_argument("--size", choices=("tiny", "small", "base"), default="tiny")
+    e.add_argument("--size", choices=("tiny", "mini", "small", "base"), default="tiny")
     e.add_argument("--flops-budgets", required=True, metavar="B1,B2,…",
                    help="pretraining budgets in training FLOPs, e.g. 2e12,6e12,2e13")
     e.add_argument("--tasks", default="", metavar="T1,T2,…", help="built-in task names, comma-separated")

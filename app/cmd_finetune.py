@@ -51,7 +51,7 @@ def _register_classify(sub) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", metavar="BUNDLE", help="pretrained (or classifier) bundle to start from")
-    src.add_argument("--init-random", metavar="SIZE", choices=("tiny", "small", "base"),
+    src.add_argument("--init-random", metavar="SIZE", choices=("tiny", "mini", "small", "base"),
                      help="random-init control of this size instead of --model (needs --tokenizer)")
     p.add_argument("--tokenizer", metavar="DIR", help="tokenizer directory (with --init-random)")
     p.add_argument("--train", required=True, metavar="FILE", help="labelled training file (.jsonl/.csv[.gz])")
@@ -154,7 +154,7 @@ def _register_qa(sub) -> None:
                     "shows what the pretraining bought.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", metavar="BUNDLE", help="pretrained bundle directory")
-    src.add_argument("--init-random", metavar="SIZE", choices=("tiny", "small", "base"),
+    src.add_argument("--init-random", metavar="SIZE", choices=("tiny", "mini", "small", "base"),
                      help="random-init control of this size instead of --model (needs --tokenizer)")
     p.add_argument("--tokenizer", metavar="DIR", help="tokenizer directory (with --init-random)")
     p.add_argument("--train", required=True, help="training file (.json SQuAD 2.0 or .jsonl squad_v2; .gz ok)")

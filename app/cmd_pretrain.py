@@ -33,7 +33,7 @@ def register(sub) -> None:
                         "embeddings from the checkpoint). Default: bundle if it has a generator, else copy")
     p.add_argument("--gen-layers", type=int, default=None,
                    help="--gen-init copy: generator depth (default: a quarter of the discriminator's layers, ≥ 1)")
-    p.add_argument("--size", choices=("tiny", "small", "base"), default="tiny")
+    p.add_argument("--size", choices=("tiny", "mini", "small", "base"), default="tiny")
     p.add_argument("--objective", choices=("electra", "mlm", "electra15", "electra-mlm"), default=None,
                    help="default: electra at every size (tiny: at one CPU-hour its routers trail compute-matched "
                         "MLM by about one pretraining-seed SD while its QA leads by about 10 F1: "

@@ -53,7 +53,7 @@ from .speed import device_peak, mfu
 #: and at the quickstart's 6e12 the two tie (experiments/qsobj). (Tiny defaulted to MLM while every tiny ELECTRA
 #: recipe fine-tuned below random init: experiments/top2e14.) --init-from keeps ELECTRA too (an imported
 #: discriminator continues RTD; give --objective mlm for a BERT).
-DEFAULT_OBJECTIVE = {"tiny": "electra", "small": "electra", "base": "electra"}
+DEFAULT_OBJECTIVE = {"tiny": "electra", "mini": "electra", "small": "electra", "base": "electra"}
 
 
 
@@ -62,7 +62,7 @@ def default_objective(size: str, init_from=None) -> str:
     return "electra" if init_from else DEFAULT_OBJECTIVE[size]
 
 
-DEFAULT_LR = {"tiny": 1e-3, "small": 5e-4, "base": 2e-4}
+DEFAULT_LR = {"tiny": 1e-3, "mini": 5e-4, "small": 5e-4, "base": 2e-4}
 #: replaced-token detection at size tiny: 1e-3 collapses the discriminator at CPU budgets, 3e-4 (with the prior
 #: bias init of model.RTDPretrainer) learns (experiments/collapse-prior-bias); MLM keeps 1e-3
 DEFAULT_LR_RTD = {"tiny": 3e-4}

@@ -5,6 +5,10 @@ SIZES: dict[str, dict] = {
     # tests and CPU runs (hidden ≤128, a few layers)
     "tiny": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=2, intermediate_size=512,
                  embedding_size=128),
+    # BERT-Mini's shape (Turc et al. 2019: L4/H256): tiny made twice as wide, ~4.5M parameters with an 8k vocabulary —
+    # the compute-optimal size (~20 tokens a parameter) for a few 1e15 FLOPs of CPU pretraining
+    "mini": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+                 embedding_size=128),
     # the paper's ELECTRA-Small
     "small": dict(hidden_size=256, num_hidden_layers=12, num_attention_heads=4, intermediate_size=1024,
                   embedding_size=128),
