@@ -1,4 +1,5 @@
-"""`denki checkpoints`: the shipped general checkpoints (name, kind, size, FLOPs, corpus, licence, dev scores, path)."""
+"""`denki checkpoints`: the shipped general checkpoints — a table that fits a terminal (name, kind, size, parameters,
+FLOPs, licence); the corpus list, dev scores and path are in ``--json`` and in each folder's model card."""
 from __future__ import annotations
 
 import argparse
@@ -23,19 +24,16 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_checkpoints)
 
 
-def _fmt_scores(scores: dict) -> str:
-    return ", ".join(f"{k} {v:g}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in (scores or {}).items())
+#: the table's columns: what picks a checkpoint at a glance (a row stays well under 100 characters)
+HEAD = ["name", "kind", "size", "params", "FLOPs", "licence"]
 
 
 def _row(card: dict) -> list[str]:
     params = card.get("parameters")
     flops = card.get("flops")
-    corpus = card.get("corpus") or []
     return [card["name"], card["kind"], str(card.get("size", "")),
             f"{params / 1e6:.1f}M" if isinstance(params, (int, float)) else "",
-            f"{flops:.2g}" if isinstance(flops, (int, float)) else "",
-            ", ".join(c.get("name", c.get("path", "")) if isinstance(c, dict) else str(c) for c in corpus),
-            str(card.get("licence", "")), _fmt_scores(card.get("dev_scores")), card["path"]]
+            f"{flops:.2g}" if isinstance(flops, (int, float)) else "", str(card.get("licence", ""))]
 
 
 def cmd_checkpoints(args) -> int:
@@ -47,11 +45,11 @@ def cmd_checkpoints(args) -> int:
     elif not cards:
         print("no checkpoints found in " + ", ".join(str(d) for d in checkpoint_dirs()) + f"\n{WHERE_TO_GET}")
     else:
-        head = ["name", "kind", "size", "params", "FLOPs", "corpus", "licence", "dev scores", "path"]
-        rows = [head] + [_row(c) for c in cards]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        rows = [HEAD] + [_row(c) for c in cards]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(HEAD))]
         for r in rows:
             print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        print("corpora, dev scores and folders: denki checkpoints --json, or each folder's README.md (model card)")
     if not args.verify:
         return 0
     bad = 0

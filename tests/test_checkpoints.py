@@ -53,6 +53,8 @@ def test_list_json_and_table_name_the_checkpoint(shelf, capsys):
     assert main(["checkpoints"]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("test-electra-tiny"))
     assert "pretrained" in line and "1.2M" in line and "2.2e+09" in line and "CC BY-SA 4.0" in line
+    assert max(len(ln) for ln in capsys.readouterr().out.splitlines() or [""]) <= 100 and len(line) <= 100, \
+        "the table fits a terminal (corpora and scores are in --json and the model card)"
 
 
 def test_verify_passes_then_names_a_modified_and_an_unlisted_file(shelf, tmp_path, monkeypatch, capsys):
