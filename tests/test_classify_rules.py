@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from denki.models.classify.calibration import choose_threshold, fit_min_recall_offsets, fit_temperature
+from denki.models.classify.calibration import (choose_threshold, fit_min_recall_offsets, fit_temperature,
+                                               fit_temperature_report)
 from denki.models.classify.evaluate import evaluate_logits
 from denki.models.classify.decision import decide, route, softmax
 from denki.models.io.errors import InputError
@@ -64,6 +65,31 @@ def test_temperature_scaling_fixes_over_confidence():
     correct = z.argmax(1) == gold
     assert nll(softmax(z / t, 1), gold) < nll(softmax(z, 1), gold) - 0.1
     assert ece(conf1, correct) < ece(conf0, correct) / 2
+
+
+def test_temperature_found_for_a_confident_router():
+    """A fine-tuned router's logits: large margins, 5 % mistakes. With the gold probability clipped at 1e-12 the loss
+    went flat at small T (every mistake stuck at 27.6) and the search fell back to T = 1; the exact loss finds the
+    optimum, known here by a grid."""
+    rng = np.random.default_rng(0)
+    n, k = 500, 6
+    gold = rng.integers(0, k, n)
+    pred = gold.copy()
+    wrong = rng.uniform(size=n) < 0.05
+    pred[wrong] = (gold[wrong] + 1) % k
+    z = rng.normal(0, 1, (n, k))
+    z[np.arange(n), pred] += 12
+    rep = fit_temperature_report(z, gold)
+    grid = np.linspace(0.5, 8, 751)
+    best = grid[np.argmin([nll(softmax(z / t, 1), gold) for t in grid])]
+    assert abs(rep["temperature"] - best) < 0.02 and rep["fallback"] is None
+    assert rep["nll_after"] < rep["nll_before"] - 0.2
+    # a known temperature: labels drawn from softmax(z), logits handed over sharpened 8×
+    zc, gc = _synthetic(n=3000, k=5, seed=3, sharpness=8.0)
+    assert 7.0 < fit_temperature(zc, gc) < 9.2
+    # a dev set the router separates perfectly: the optimum is T → 0, on the search's edge, and the report says so
+    sep = fit_temperature_report(np.eye(4)[[0, 1, 2, 3] * 5] * 5.0, np.array([0, 1, 2, 3] * 5))
+    assert sep["fallback"] and "edge" in sep["fallback"]
 
 
 def test_threshold_reaches_target_precision_with_max_coverage():

@@ -21,34 +21,59 @@ from denki.models.classify.metrics import classification_metrics, nll
 EPS = 1e-6
 
 
-def fit_temperature(logits: np.ndarray, gold: np.ndarray, *, lo: float = 0.05, hi: float = 20.0,
-                    iters: int = 80) -> float:
-    """The temperature in ``[lo, hi]`` minimising the NLL of ``softmax(logits / T)`` on ``gold``.
+def nll_at(logits: np.ndarray, gold: np.ndarray, beta: float) -> float:
+    """Mean NLL of ``softmax(beta · logits)`` on ``gold``, exact (log-sum-exp, no clipping): convex in ``beta``.
+
+    ``logits`` (N, K), ``gold`` (N,). Clipping the gold probability (as :func:`metrics.nll` does for reports) made
+    the loss flat at large ``beta`` — every mistake stuck at −log 1e-12 — and the search walked into that plateau."""
+    z = beta * np.asarray(logits, dtype=np.float64)
+    m = z.max(axis=1)
+    lse = m + np.log(np.exp(z - m[:, None]).sum(axis=1))
+    return float((lse - z[np.arange(len(gold)), gold]).mean())
+
+
+def fit_temperature_report(logits: np.ndarray, gold: np.ndarray, *, lo: float = 0.05, hi: float = 20.0,
+                           iters: int = 80) -> dict:
+    """Temperature scaling (Guo et al. 2017) with what happened: ``{"temperature", "nll_before" (T = 1),
+    "nll_after", "fallback"}``; ``fallback`` is None, or why T = 1 was kept / the optimum lies on the search's edge.
 
     NLL is convex in ``beta = 1/T`` (log-sum-exp of a linear function minus a linear term), so a golden-section
-    search on ``beta`` finds the optimum without torch."""
+    search on ``beta`` in ``[1/hi, 1/lo]`` finds the optimum without torch."""
     z = np.asarray(logits, dtype=np.float64)
     gold = np.asarray(gold, dtype=np.int64)
-
-    def f(beta: float) -> float:
-        return nll(softmax(z * beta, axis=1), gold)
-
+    before = nll_at(z, gold, 1.0)
+    if len(gold) == 0 or not np.isfinite(z).all():
+        return {"temperature": 1.0, "nll_before": before, "nll_after": before,
+                "fallback": "no dev examples" if len(gold) == 0 else "non-finite logits: T = 1 kept"}
     a, b = 1.0 / hi, 1.0 / lo
     g = (math.sqrt(5) - 1) / 2
     c, d = b - g * (b - a), a + g * (b - a)
-    fc, fd = f(c), f(d)
+    fc, fd = nll_at(z, gold, c), nll_at(z, gold, d)
     for _ in range(iters):
         if fc < fd:
             b, d, fd = d, c, fc
             c = b - g * (b - a)
-            fc = f(c)
+            fc = nll_at(z, gold, c)
         else:
             a, c, fc = c, d, fd
             d = a + g * (b - a)
-            fd = f(d)
+            fd = nll_at(z, gold, d)
     beta = (a + b) / 2
-    # never return something worse than no scaling
-    return 1.0 / beta if f(beta) <= f(1.0) else 1.0
+    after = nll_at(z, gold, beta)
+    fallback = None
+    if after > before:  # cannot happen for a convex loss unless the numbers are degenerate; never scale worse
+        return {"temperature": 1.0, "nll_before": before, "nll_after": before,
+                "fallback": f"the search ended worse than T = 1 (NLL {after:.4f} > {before:.4f}): T = 1 kept"}
+    if beta <= 1.0 / hi * 1.001 or beta >= 1.0 / lo * 0.999:  # dev separable (T → 0) or uninformative (T → ∞)
+        fallback = f"the optimum lies on the search's edge (T = {1 / beta:.3g} in [{lo:g}, {hi:g}])"
+    return {"temperature": 1.0 / beta, "nll_before": before, "nll_after": after, "fallback": fallback}
+
+
+def fit_temperature(logits: np.ndarray, gold: np.ndarray, *, lo: float = 0.05, hi: float = 20.0,
+                    iters: int = 80) -> float:
+    """The temperature in ``[lo, hi]`` minimising the NLL of ``softmax(logits / T)`` on ``gold``
+    (:func:`fit_temperature_report` without the report)."""
+    return fit_temperature_report(logits, gold, lo=lo, hi=hi, iters=iters)["temperature"]
 
 
 def fit_min_recall_offsets(logits: np.ndarray, gold: np.ndarray, floors: dict[int, float], *,

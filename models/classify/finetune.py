@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -281,7 +282,8 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     ``fusion``: ``auto`` ships the encoder fused with the TF-IDF model (:mod:`models.classify.fusion`) when the
     fused router's cross-fitted dev macro-F1 beats the encoder's alone, ``on`` always, ``off`` never."""
     from denki.models.bundle.format import check_model_source, command_line, read_manifest
-    from denki.models.classify.calibration import choose_threshold, fit_min_recall_offsets, fit_temperature, offsets_cost
+    from denki.models.classify.calibration import (choose_threshold, fit_min_recall_offsets, fit_temperature_report,
+                                                   offsets_cost)
     from denki.models.classify.evaluate import evaluate_logits, label_indices
     from denki.models.classify.report import write_report
     from denki.models.io.fileio import atomic_write_text, sha256_file
@@ -391,7 +393,10 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     dev_logits = fuse(enc_logits, lex_logits, fusion_report["mode"], fusion_report["weight"]) if ship else enc_logits
 
     # routing rule, fitted on dev (see models.classify.calibration for the order)
-    temperature = fit_temperature(dev_logits, dev_gold)
+    temperature_fit = fit_temperature_report(dev_logits, dev_gold)
+    temperature = temperature_fit["temperature"]
+    if temperature_fit["fallback"]:
+        print(f"finetune classify: temperature scaling: {temperature_fit['fallback']}", file=sys.stderr)
     floors = {labels.index(lab): v for lab, v in min_recall.items()}
     offsets, reached = fit_min_recall_offsets(dev_logits, dev_gold, floors)
     idx = np.argmax(dev_logits + offsets[None, :], axis=1)
@@ -492,6 +497,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
         "baseline": base,
         "fusion": fusion_report,
         "pretrained_health_warning": health_warning,
+        "temperature_fit": temperature_fit,
         "training_seconds": float(sum(r["seconds"] for r in runs)),
         "total_seconds": float(time.perf_counter() - t_start),
         "bundle": str(out / "bundle"),

@@ -99,7 +99,9 @@ def _markdown(r: dict) -> str:
              "## Routing rule (stored in `bundle/task.json`)", "",
              f"`{task['decision_rule']}`", "",
              f"- temperature T = {task['temperature']:.3f}: NLL {_f(dev['nll_uncalibrated'])} → {_f(dev['nll'])}, "
-             f"ECE {_f(dev['ece_uncalibrated'])} → {_f(dev['ece'])} (`reliability.png`)"]
+             f"ECE {_f(dev['ece_uncalibrated'])} → {_f(dev['ece'])} (`reliability.png`)"
+             + (f"; fallback: {r['temperature_fit']['fallback']}" if (r.get("temperature_fit") or {}).get("fallback")
+                else "")]
     if r.get("pretrained_health_warning"):
         lines[2:2] = [f"**Warning:** {r['pretrained_health_warning']}", ""]
     ab = task["abstention"]
