@@ -168,6 +168,8 @@ def test_runtime_wheel_alone_serves_bundles_from_the_full_install(onnx_classifie
     site = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
     assert (site / "denki" / "serve" / "runtime.py").is_file()
     assert not [x for x in LAYERS if (site / x).exists()], "a bare layer package was installed"
+    r = _run([str(py), "-c", "from denki.app.cmd_quickstart import SAMPLES; print(SAMPLES)"], cwd=tmp_path)
+    assert Path(r.stdout.strip()) == site / "denki" / "samples" and (site / "denki/samples/routing_train.jsonl").is_file()
     installed = {d.name.split("-")[0].lower() for d in site.glob("*.dist-info")}
     assert "onnxruntime" in installed and not {"torch", "transformers", "onnxruntime_gpu", "gradio"} & installed
 

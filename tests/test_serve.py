@@ -131,6 +131,18 @@ def test_runtime_is_torch_free(onnx_classifier):
     assert "ok" in res.stdout
 
 
+def test_models_warm_up_when_they_load(onnx_classifier, onnx_qa):
+    """A load runs one call (the first user request should not pay MeCab's and onnxruntime's first-call costs),
+    leaves no timing behind, and gives the same answers as a model loaded without it."""
+    from denki import Predictor
+
+    for bundle, ask in ((onnx_classifier, lambda p: p.classify(["駅までタクシーを呼んでください"])),
+                        (onnx_qa, lambda p: p.answer("保証期間は?", "保証期間は一年間です。"))):
+        warm, cold = Predictor(bundle), Predictor(bundle, warmup=False)
+        assert warm.warmup_ms > 0 and warm.last_timing == {} and cold.warmup_ms is None
+        assert ask(warm) == ask(cold)
+
+
 def test_tampered_bundle_is_refused(onnx_classifier, tmp_path):
     from denki.serve.runtime import Predictor
 
