@@ -4,7 +4,8 @@ a shipped general checkpoint continued on the sample corpus (domain-adaptive RTD
 ``--from-checkpoint none``: a tokenizer and a tiny MLM encoder from scratch) → routing
 classifier (from the pretrained bundle, and from random init as the control; the better on dev is deployed) + QA
 fine-tuning → ONNX export (fp32 + O2 + int8, parity gated) → evaluation → summary table → demo. Every stage
-writes under ``--out`` and is skipped when its output exists, so re-running is cheap. Sized to finish in ≤ 10 minutes on 2 CPU cores.
+writes under ``--out`` and is skipped when its output exists and its inputs have not changed (``_Stages``), so
+re-running is cheap. Sized to finish in ≤ 10 minutes on 2 CPU cores.
 
 The export is best effort: an O2 / int8 variant that fails its parity gate is left out (one summary line says
 which, with the measured figures, and what is served instead) rather than stopping the pipeline; `denki export`
@@ -70,7 +71,8 @@ def register(sub) -> None:
                     "pretrained bundle and, as a control, from random init; the better on dev is deployed) and the "
                     "QA model (from the shipped QA checkpoint when there is one), export ONNX "
                     "(fp32 + O2 + int8) behind the parity gate, evaluate both, print a summary, and launch the demo "
-                    "on 127.0.0.1. Each stage is skipped when its output already exists.",
+                    "on 127.0.0.1. A stage is skipped when its output exists and its inputs (sample files, checkpoint, "
+                    "settings) have not changed since it ran (OUT/stage_keys.json); otherwise it runs again.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--out", default="runs/quickstart", help="output directory")
     p.add_argument("--no-demo", action="store_true", help="stop after the summary (do not launch the demo)")
@@ -97,20 +99,72 @@ def register(sub) -> None:
 
 
 class _Stages:
-    def __init__(self, total: int):
-        self.total, self.i, self.times = total, 0, {}
+    """The quickstart's stages in order. A stage is skipped when its outputs exist *and* were made from the same
+    inputs: its key — the sha256 of its input files (samples, checkpoint manifests), its settings and the keys of
+    the stages it reads — is stored in ``OUT/stage_keys.json`` when it finishes. So a clone that pulls a new sample or
+    checkpoint, or a run with another budget or seed, reruns what changed (and what reads it), and says why."""
 
-    def run(self, name: str, done: bool, fn) -> None:
+    KEYS = "stage_keys.json"
+
+    def __init__(self, total: int, out: Path):
+        self.total, self.i, self.times = total, 0, {}
+        self.keys_path = out / self.KEYS
+        self.keys = json.loads(self.keys_path.read_text(encoding="utf-8")) if self.keys_path.is_file() else {}
+
+    @staticmethod
+    def key(inputs: dict) -> str:
+        import hashlib
+
+        return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+    def run(self, name: str, done: bool, fn, *, sid: str | None = None, inputs: dict | None = None,
+            outputs: tuple[Path, ...] = ()) -> str | None:
+        """Run stage ``name`` unless ``done`` and (for a keyed stage: ``sid`` + ``inputs``) its stored key matches;
+        a stale stage's ``outputs`` are removed first. Returns the stage's key (None when not keyed)."""
+        import shutil
+
         self.i += 1
         tag = f"[quickstart {self.i}/{self.total}] {name}"
-        if done:
+        key = self.key(inputs) if inputs is not None else None
+        old = self.keys.get(sid) if sid else None
+        if done and (key is None or (old or {}).get("key") == key):
             print(f"{tag}: done already (skipped)")
-            return
+            return key
+        if done and key is not None:
+            changed = sorted(k for k in inputs if (old or {}).get("inputs", {}).get(k) != inputs[k]) if old else []
+            why = (f"its inputs changed ({', '.join(changed)})" if changed else
+                   "it was made before stages were keyed on their inputs")
+            print(f"{tag}: {why}: running it again", flush=True)
+            for o in outputs:
+                if o.is_dir():
+                    shutil.rmtree(o)
+                elif o.exists():
+                    o.unlink()
         print(f"{tag} …", flush=True)
         t0 = time.perf_counter()
         fn()
         self.times[name] = time.perf_counter() - t0
         print(f"{tag}: {self.times[name]:.0f}s", flush=True)
+        if sid and key is not None:
+            from denki.models.io.fileio import atomic_write_json
+
+            self.keys[sid] = {"key": key, "inputs": inputs}
+            atomic_write_json(self.keys_path, self.keys)
+        return key
+
+
+def _file_id(path: Path) -> str:
+    """A sample file's identity in a stage key: its sha256."""
+    from denki.models.io.fileio import sha256_file
+
+    return sha256_file(path)
+
+
+def _bundle_id(folder: str | Path) -> str:
+    """A checkpoint's identity in a stage key: the sha256 of its manifest (which holds every file's sha256)."""
+    from denki.models.io.fileio import sha256_file
+
+    return sha256_file(Path(folder) / "manifest.json")
 
 
 def _latency_p50(bundle: Path, texts: list[str], n: int = 40) -> dict:
@@ -156,16 +210,20 @@ def cmd_quickstart(args) -> int:
     cls_dir, qa_dir = out / "classifier", out / "qa"
     cls_onnx, qa_onnx = out / "classifier-onnx", out / "qa-onnx"
     t_start = time.perf_counter()
-    st = _Stages(8)
+    st = _Stages(8, out)
 
     start = resolve_start(args.from_checkpoint)
     objective = "electra" if start else args.objective  # continued RTD: the checkpoint is an ELECTRA
+    corpus_id = _file_id(CORPUS)
     if start:
         tok_dir = Path(start["path"])  # a pretrained bundle holds its tokenizer
         st.run(f"tokenizer: the checkpoint's ({start['name']})", True, lambda: None)
+        tok_key = _bundle_id(tok_dir)
     else:
-        st.run("tokenizer (MeCab + WordPiece on samples/corpus_ja.txt)", (tok_dir / "vocab.txt").is_file(),
-               lambda: train_tokenizer([CORPUS], args.vocab_size, limit_alphabet=2500).save(tok_dir))
+        tok_key = st.run("tokenizer (MeCab + WordPiece on samples/corpus_ja.txt)", (tok_dir / "vocab.txt").is_file(),
+                         lambda: train_tokenizer([CORPUS], args.vocab_size, limit_alphabet=2500).save(tok_dir),
+                         sid="tokenizer", inputs={"corpus": corpus_id, "vocab_size": args.vocab_size},
+                         outputs=(tok_dir,))
 
     done_summary = pre_dir / "summary.json"
     if done_summary.is_file():
@@ -189,7 +247,10 @@ def cmd_quickstart(args) -> int:
 
     what = (f"continue {start['name']} on samples/corpus_ja.txt (domain-adaptive RTD" if start else
             f"pretrain tiny {OBJECTIVE_NAMES[objective]} (")
-    st.run(f"{what}, {args.pretrain_flops:.1e} FLOPs)", (pre_dir / "bundle" / "manifest.json").is_file(), pretrain)
+    pre_key = st.run(f"{what}, {args.pretrain_flops:.1e} FLOPs)", (pre_dir / "bundle" / "manifest.json").is_file(),
+                     pretrain, sid="pretrain", outputs=(pre_dir,),
+                     inputs={"tokenizer_or_checkpoint": tok_key, "corpus": corpus_id, "objective": objective,
+                             "flops": args.pretrain_flops, "seed": args.seed, "threads": args.threads})
 
     cls_ctrl = out / "classifier-random-init"
 
@@ -206,10 +267,15 @@ def cmd_quickstart(args) -> int:
                  target_precision=0.9, **kw)
 
     # The random-init control shows what the pretraining bought (at quickstart budgets: nothing, see README).
-    st.run("fine-tune routing classifier from the pretrained bundle (samples/routing_*.jsonl)",
-           (cls_dir / "bundle" / "manifest.json").is_file(), lambda: finetune_classifier("pretrained"))
-    st.run("fine-tune routing classifier from random init (control)",
-           (cls_ctrl / "bundle" / "manifest.json").is_file(), lambda: finetune_classifier("random"))
+    routing_ids = {"train": _file_id(ROUTING[0]), "dev": _file_id(ROUTING[1]), "seed": args.seed,
+                   "threads": args.threads}
+    cls_key = st.run("fine-tune routing classifier from the pretrained bundle (samples/routing_*.jsonl)",
+                     (cls_dir / "bundle" / "manifest.json").is_file(), lambda: finetune_classifier("pretrained"),
+                     sid="classifier", inputs={**routing_ids, "pretrained": pre_key}, outputs=(cls_dir,))
+    ctrl_key = st.run("fine-tune routing classifier from random init (control)",
+                      (cls_ctrl / "bundle" / "manifest.json").is_file(), lambda: finetune_classifier("random"),
+                      sid="classifier-random-init", inputs={**routing_ids, "tokenizer": tok_key},
+                      outputs=(cls_ctrl,))
     # deploy whichever router is better on dev macro-F1 as it would be deployed: fused with its TF-IDF model where
     # finetune's --fusion auto shipped that (judged by its cross-fitted figure), else the encoder alone
     f1 = {d: _deployable_f1(json.loads((d / "report.json").read_text(encoding="utf-8"))) for d in (cls_dir, cls_ctrl)}
@@ -231,8 +297,11 @@ def cmd_quickstart(args) -> int:
             # the two measured did, docs/qa.md), which would leave the quickstart's int8 QA model out
             answerable_head=None if qa_start else False)
 
-    st.run("fine-tune QA (samples/qa_*.jsonl)" + (f" from {qa_start['name']}" if qa_start else ""),
-           (qa_dir / "bundle" / "manifest.json").is_file(), finetune_qa)
+    qa_key = st.run("fine-tune QA (samples/qa_*.jsonl)" + (f" from {qa_start['name']}" if qa_start else ""),
+                    (qa_dir / "bundle" / "manifest.json").is_file(), finetune_qa, sid="qa", outputs=(qa_dir,),
+                    inputs={"train": _file_id(QA[0]), "dev": _file_id(QA[1]), "seed": args.seed,
+                            "threads": args.threads,
+                            "start": _bundle_id(qa_start["path"]) if qa_start else pre_key})
 
     def export():
         from denki.models.export.onnx import export_bundle, format_parity
@@ -249,8 +318,10 @@ def cmd_quickstart(args) -> int:
             for lo in man["metrics"].get("left_out", []):
                 print(f"  {name}: {lo['variant']} left out (parity gate: {lo['reason']})")
 
-    st.run("export ONNX fp32 + O2 + int8 (parity gate)",
-           (cls_onnx / "manifest.json").is_file() and (qa_onnx / "manifest.json").is_file(), export)
+    export_key = st.run("export ONNX fp32 + O2 + int8 (parity gate)",
+                        (cls_onnx / "manifest.json").is_file() and (qa_onnx / "manifest.json").is_file(), export,
+                        sid="export", outputs=(cls_onnx, qa_onnx),
+                        inputs={"router": cls_key if deployed == cls_dir else ctrl_key, "qa": qa_key})
 
     summary_path = out / "summary.json"
 
@@ -302,7 +373,9 @@ def cmd_quickstart(args) -> int:
 
         atomic_write_json(summary_path, summary)
 
-    st.run("evaluate ONNX bundles on the sample dev sets", summary_path.is_file(), evaluate)
+    st.run("evaluate ONNX bundles on the sample dev sets", summary_path.is_file(), evaluate, sid="evaluate",
+           inputs={"export": export_key, "routing_dev": routing_ids["dev"], "qa_dev": _file_id(QA[1])},
+           outputs=(summary_path,))
     summary = json.loads(summary_path.read_text(encoding="utf-8"))
     summary["stage_seconds"] = st.times
     print(format_summary(summary, out, time.perf_counter() - t_start))

@@ -59,6 +59,36 @@ def test_quickstart_pipeline_end_to_end_and_rerun_skips(tmp_path, capsys):
     assert time.perf_counter() - t0 < 60
 
 
+def test_stages_rerun_when_their_inputs_change(tmp_path, capsys):
+    """A stage is skipped only when its outputs exist and its inputs (file hashes, settings, upstream keys) are the
+    ones it was made from; otherwise its stale outputs are removed, it runs again and the reason is printed."""
+    from denki.app.cmd_quickstart import _Stages
+
+    made = []
+
+    def stage(tag):
+        def fn():
+            (tmp_path / "o").mkdir(exist_ok=True)
+            (tmp_path / "o" / "x").write_text(tag)
+            made.append(tag)
+        return fn
+
+    def run(inputs, tag):
+        st = _Stages(1, tmp_path)
+        return st.run("s", (tmp_path / "o" / "x").is_file(), stage(tag), sid="s", inputs=inputs,
+                      outputs=(tmp_path / "o",))
+
+    k1 = run({"sample": "aaa", "seed": 0}, "first")
+    assert made == ["first"] and run({"sample": "aaa", "seed": 0}, "again") == k1 and made == ["first"]
+    assert "done already (skipped)" in capsys.readouterr().out
+    k2 = run({"sample": "bbb", "seed": 0}, "second")  # a pulled sample
+    assert k2 != k1 and made == ["first", "second"] and (tmp_path / "o" / "x").read_text() == "second"
+    assert "its inputs changed (sample): running it again" in capsys.readouterr().out
+    (tmp_path / _Stages.KEYS).unlink()  # outputs of a quickstart from before stages were keyed
+    run({"sample": "bbb", "seed": 0}, "third")
+    assert made[-1] == "third" and "made before stages were keyed" in capsys.readouterr().out
+
+
 def test_quickstart_refuses_to_reuse_a_pretraining_of_the_other_objective(tmp_path, capsys):
     """A finished ELECTRA pretraining under --out is not silently reused for --objective mlm (or the reverse)."""
     from denki.app.cli import main
