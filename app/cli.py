@@ -66,9 +66,7 @@ NAMED_BUNDLE_OPTIONS = ("model", "init_from", "tokenizer")
 def _resolve_checkpoint_names(args) -> None:
     """Replace a checkpoint name given to a bundle option by the checkpoint's folder; a value that is neither an
     existing path nor a name is an error that lists the names."""
-    from pathlib import Path
-
-    from denki.models.bundle.checkpoints import checkpoint_names, missing_hint, resolve_model_arg
+    from denki.models.bundle.checkpoints import resolve_or_explain
 
     if getattr(args, "command", None) == "import":  # its --model may be a hub id in the local cache
         return
@@ -76,12 +74,7 @@ def _resolve_checkpoint_names(args) -> None:
         value = getattr(args, key, None)
         if not isinstance(value, str) or not value:
             continue
-        resolved = resolve_model_arg(value)
-        if not Path(resolved).exists():
-            names = ", ".join(checkpoint_names()) or "none here"
-            hint = missing_hint()
-            raise DenkiError(f"--{key.replace('_', '-')} {value}: not found (neither a path nor a checkpoint name; "
-                             f"checkpoints: {names})" + (f"; {hint}" if hint else ""))
+        resolved = resolve_or_explain(value, f"--{key.replace('_', '-')} {value}")
         setattr(args, key, resolved)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from denki.models.bundle.checkpoints import checkpoint_names, missing_hint, resolve_model_arg
+from denki.models.bundle.checkpoints import resolve_or_explain
 from denki.models.bundle.format import read_manifest, read_task, resolve_bundle, verify_bundle
 from denki.models.bundle.onnx import MODEL_FILES, import_ort, open_session, passed_gate
 from denki.models.io.errors import DenkiError
@@ -84,13 +84,7 @@ def resolve_onnx_bundle(path: str | os.PathLike) -> Path:
     """A bundle directory, a `denki export --out` folder holding one in ``bundle/``, or a shipped checkpoint's name
     (as every command line option that takes a bundle accepts; the checkpoints are PyTorch bundles, so the kind check
     that follows says to export one first)."""
-    resolved = resolve_model_arg(path)
-    if not Path(resolved).exists():
-        hint = missing_hint()
-        names = ", ".join(checkpoint_names())
-        raise DenkiError(f"{path}: not found (neither a bundle folder nor a checkpoint name"
-                         + (f"; checkpoints: {names}" if names else "") + ")" + (f"; {hint}" if hint else ""))
-    return resolve_bundle(resolved)
+    return resolve_bundle(resolve_or_explain(path, str(path)))
 
 
 class Predictor:

@@ -88,10 +88,16 @@ WHERE_TO_GET = ("an installed denki carries no checkpoints (20 MB of PyTorch wei
                 "DENKI_CHECKPOINTS=/path/to/denki/checkpoints")
 
 
-def missing_hint() -> str:
-    """What to do about a checkpoint name that finds nothing: ``WHERE_TO_GET`` when no checkpoint is found at all
-    (an installed wheel without ``DENKI_CHECKPOINTS``), else empty."""
-    return "" if list_checkpoints() else WHERE_TO_GET
+def resolve_or_explain(value: str | os.PathLike, label: str) -> str | os.PathLike:
+    """:func:`resolve_model_arg`, or a :class:`DenkiError` for a value that is neither an existing path nor a
+    checkpoint's name: it lists the names, or says where to get the checkpoints when there are none (an installed
+    wheel without ``DENKI_CHECKPOINTS``). ``label`` starts the message (the option and its value)."""
+    resolved = resolve_model_arg(value)
+    if Path(resolved).exists():
+        return resolved
+    names = checkpoint_names()
+    where = ", ".join(names) if names else f"none here; {WHERE_TO_GET}"
+    raise DenkiError(f"{label}: not found (neither a path nor a checkpoint name; checkpoints: {where})")
 
 
 def write_sums(folder: str | os.PathLike) -> Path:
