@@ -6,7 +6,7 @@ import argparse
 
 def register(sub) -> None:
     d = sub.add_parser(
-        "demo", help="Gradio demo: routing, span QA, batch scoring and live latency (127.0.0.1 by default)",
+        "demo", help="Gradio demo: routing, span QA, batch scoring, latency measured per variant (127.0.0.1 by default)",
         description="Start the Gradio demo on ONNX bundles (no torch needed). Without --classifier/--qa it uses "
                     "the models `denki quickstart` produced (runs/quickstart/classifier-onnx, qa-onnx). Binds "
                     "127.0.0.1 unless --host says otherwise; analytics are off.",

@@ -25,6 +25,17 @@ def add_qa_run_options(p) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- classify
+def _keep(value: str) -> float:
+    """--scope-keep: a share in [0, 1) (0 = no out-of-scope check)."""
+    try:
+        v = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share such as 0.95, got {value!r}") from None
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"expected a share in [0, 1) (0 = off), got {v:g}")
+    return v
+
+
 def _min_recall(value: str) -> tuple[str, float]:
     lab, sep, v = value.rpartition("=")
     if not sep or not lab:
@@ -40,7 +51,7 @@ def _register_classify(sub) -> None:
         "classify", help="fine-tune a routing classifier (text → label, or 'human' when unsure)",
         description="Fine-tune ElectraForSequenceClassification (BertForSequenceClassification for an imported "
                     "BERT) from a pretrained bundle (or a random-init "
-                    "control) on a labelled JSONL/CSV file (.gz allowed; CSV needs a header row), with several "
+                    "control) on labelled JSONL/CSV files (.gz allowed; CSV needs a header row), with several "
                     "seeds (the median-seed model is kept). It also fits a TF-IDF char 1–3-gram + logistic "
                     "regression model and, where it wins on dev (--fusion auto), ships the two fused in the "
                     "bundle. Then fit on dev: temperature scaling, per-class "
@@ -54,7 +65,11 @@ def _register_classify(sub) -> None:
     src.add_argument("--init-random", metavar="SIZE", choices=("tiny", "mini", "small", "base"),
                      help="random-init control of this size instead of --model (needs --tokenizer)")
     p.add_argument("--tokenizer", metavar="DIR", help="tokenizer directory (with --init-random)")
-    p.add_argument("--train", required=True, metavar="FILE", help="labelled training file (.jsonl/.csv[.gz])")
+    p.add_argument("--train", required=True, nargs="+", metavar="FILE",
+                   help="labelled training file(s) (.jsonl/.csv[.gz]); several are concatenated (the rows per file "
+                        "are printed), e.g. the original file plus the rows of a `denki serve --human-log` file "
+                        "that people gave a label. Every row needs a label; a row labelled 'human' (the "
+                        "abstention route) is refused")
     p.add_argument("--dev", required=True, metavar="FILE", help="labelled dev file (early stopping, calibration)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--text-field", default="text",
@@ -92,8 +107,25 @@ def _register_classify(sub) -> None:
                    help="random subsample of the training file (Random(0)); reported")
     p.add_argument("--skip-empty", action="store_true",
                    help="skip rows whose text is empty (listed in OUT/skipped_rows.jsonl) instead of failing")
+    p.add_argument("--unlabelled", nargs="+", metavar="FILE", default=None,
+                   help="texts without labels (.jsonl/.csv[.gz], the same --text-field; a label field in them is never "
+                        "read), e.g. past inquiries nobody routed. Use it when you have few labels (tens per class) "
+                        "and many such texts: the TF-IDF model labels the texts it is surest of, refits on them and "
+                        "repeats (self-training, 3 rounds); the encoder then trains on the labelled rows plus up to "
+                        "--unlabelled-cap of these rows per class, and the TF-IDF half of the router on the labelled "
+                        "rows plus all of them. Texts equal to a training or dev text are dropped; dev is used as "
+                        "without it. The report records the rounds (see docs/classify.md)")
+    p.add_argument("--unlabelled-cap", type=int, default=None, metavar="N",
+                   help="pseudo-labelled rows per class the encoder trains on (default 300: keeps a run cheap on one "
+                        "CPU core; the TF-IDF half always takes all of them)")
+    p.add_argument("--scope-keep", type=_keep, default=None, metavar="SHARE",
+                   help="out of scope → human: a text that shares no desk's words (the TF-IDF model's top "
+                        "probability under a threshold) is routed to human; the threshold keeps this share of dev "
+                        "routed (default 0.95). Lower it to catch more unrelated texts at the cost of more in-scope "
+                        "ones sent to a person; 0 turns the check off")
     p.add_argument("--no-baseline", action="store_true",
-                   help="skip the TF-IDF + logistic regression baseline (and so the fusion)")
+                   help="skip the TF-IDF + logistic regression baseline (and so the fusion and the out-of-scope "
+                        "check)")
     p.add_argument("--fusion", choices=("auto", "on", "off"), default="auto",
                    help="fuse the encoder with the TF-IDF model in the bundle (weighted or log-linear probabilities, "
                         "weight chosen on dev): auto (default) ships the fused router when its cross-fitted dev "
@@ -123,7 +155,8 @@ def cmd_finetune_classify(args) -> int:
                  label_field=args.label_field, cfg=cfg, target_precision=args.target_precision,
                  target_coverage=args.target_coverage, min_recall=dict(args.min_recall),
                  skip_empty=args.skip_empty, max_train_examples=args.max_train_examples,
-                 baseline=not args.no_baseline, fusion=args.fusion)
+                 baseline=not args.no_baseline, fusion=args.fusion, unlabelled=args.unlabelled,
+                 unlabelled_cap=args.unlabelled_cap, scope_keep=args.scope_keep)
     d, ss = r["dev"], r["seed_summary"]
     print(f"dev, {len(r['seeds'])} seed(s), plain argmax: macro-F1 median {ss['macro_f1_median']:.4f} "
           f"[{ss['macro_f1_min']:.4f}–{ss['macro_f1_max']:.4f}], accuracy median {ss['accuracy_median']:.4f}")

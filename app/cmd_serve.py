@@ -26,7 +26,8 @@ STARTUP_FAILURE_FILE = "startup-failure.txt"
 #: what a worker needs of the command line (the rest is the parent's business)
 WORKER_ARG_KEYS = ("classifier", "qa", "backend", "device", "threads", "batching", "no_batching", "max_batch",
                    "max_wait_ms", "max_queue", "max_queue_ms", "max_texts", "max_text_chars", "max_pairs",
-                   "max_context_chars", "max_body_bytes", "retry_after", "shutdown_timeout", "log_level")
+                   "max_context_chars", "max_body_bytes", "retry_after", "shutdown_timeout", "log_level",
+                   "human_log")
 
 
 def register(sub) -> None:
@@ -99,6 +100,14 @@ def register(sub) -> None:
                    help="temp dir of the local Ray instance (default: a fresh /tmp/denki-ray-*)")
     r.add_argument("--detach", action="store_true",
                    help="with --address: leave the application running on the cluster and return")
+    p.add_argument("--human-log", metavar="FILE", default=None,
+                   help="append every text the classifier routes to the human label (担当者へ: the model was unsure) "
+                        "to FILE as one JSON line: time (UTC), model, text, the top 3 labels with their calibrated "
+                        "scores, route, and id when the request has an X-Request-ID header. Off by default. Use it "
+                        "to close the loop: people add a \"label\" field to these rows and `denki finetune classify "
+                        "--train ORIGINAL FILE ...` learns from them (docs/serving.md, \"The weekly retrain\"). "
+                        "Safe with several --workers (one O_APPEND write per line); its folder must exist; a failed "
+                        "write never fails the request (counted in denki_human_log_errors_total)")
     p.add_argument("--http", default="auto", choices=["auto", "httptools", "h11"],
                    help="uvicorn's HTTP parser. auto: httptools (C; installed with denki) when importable, else h11 "
                         "(pure Python: every request, a 503 too, costs more CPU; experiments/serve-load)")
@@ -128,7 +137,8 @@ def _settings(args):
                           max_queue=args.max_queue, max_queue_ms=args.max_queue_ms, max_texts=args.max_texts,
                           max_text_chars=args.max_text_chars, max_pairs=args.max_pairs,
                           max_context_chars=args.max_context_chars, max_body_bytes=args.max_body_bytes,
-                          retry_after_s=args.retry_after, shutdown_timeout_s=args.shutdown_timeout)
+                          retry_after_s=args.retry_after, shutdown_timeout_s=args.shutdown_timeout,
+                          human_log=getattr(args, "human_log", None))
 
 
 def build_app(args):
@@ -223,7 +233,16 @@ def _check_bundles(args) -> None:
         checked_bundle(args.classifier, "onnx-classifier")
     if args.qa:
         checked_bundle(args.qa, "onnx-qa")
-    _settings(args)  # settings errors too (e.g. a deadline below the batching wait)
+    _check_human_log(args)
+    _settings(args)  # settings errors too (e.g. a deadline below the batching wait, a human log with no folder)
+
+
+def _check_human_log(args) -> None:
+    """--human-log logs the classifier's human route: without --classifier it would log nothing."""
+    from denki.models.io.errors import DenkiError
+
+    if getattr(args, "human_log", None) and not args.classifier:
+        raise DenkiError("--human-log records the classifier's human route: it needs --classifier")
 
 
 def _supervisor_kw() -> dict:
@@ -358,6 +377,13 @@ def cmd_serve(args) -> int:
     if args.host not in LOOPBACK:
         print(f"denki serve: binding {args.host} — the API has no authentication; put it behind a firewall or a "
               f"reverse proxy (docs/serving.md)", file=sys.stderr)
+    if args.human_log:
+        _check_human_log(args)
+        settings = _settings(args)  # a clear error now (e.g. the log's folder does not exist), before any load
+        args.human_log = settings.human_log  # absolute: every worker (and Ray replica) writes the same file
+        print(f"denki serve: human log on: texts routed to the human label are appended to {settings.human_log}"
+              + (" (on every node running a replica: the folder must exist there)" if args.ray else ""),
+              file=sys.stderr)
     if args.ray:
         from denki.serve.ray_serve import build_application, run_ray_serve
         from denki.serve.ray_setup import import_ray

@@ -1,4 +1,5 @@
-"""`denki demo`: a Gradio app over the torch-free ONNX predictors — routing, span QA, batch scoring, latency.
+"""`denki demo`: a Gradio app over the torch-free ONNX predictors — routing, span QA, batch scoring, latency
+(measured on demand per model and variant by :func:`measure_latency`, and the session's own requests).
 
 Handlers are plain functions of a :class:`DemoModels` (unit-tested without a browser); :func:`build_app` wires them
 into Gradio. Defaults are safe: binds 127.0.0.1, analytics off, inputs capped, at most two requests run at once and
@@ -9,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +29,9 @@ BACKEND_LABELS = {"int8": "ORT int8 (CPU)", "int8-channel": "ORT int8 per-channe
                   "fp32": "ORT fp32 (CPU)", "fp16": "CUDA fp16", "cuda-fp32": "CUDA fp32"}
 #: the CPU variants in the order the demo offers them: every int8 variant, then the float graphs
 CPU_ORDER = (*INT8_VARIANTS, "o2", "o3", "fp32")
+TASK_JA = {"classifier": "振り分け", "qa": "回答抽出"}
+#: the latency tab's measurement: timed requests per variant (default, cap) and untimed warm-up requests before them
+MEASURE_DEFAULT_N, MEASURE_MAX_N, MEASURE_WARMUP = 50, 500, 3
 
 
 class DemoModels:
@@ -46,6 +52,7 @@ class DemoModels:
         self.prefer = prefer
         self.cuda = _cuda_usable()
         self._cache: dict[tuple[str, str], Predictor] = {}
+        self._lock = threading.Lock()  # two handlers asking for one new variant at once load it once
         for kind, d in self.dirs.items():
             if d is not None:
                 self.predictor(kind, self.backends(kind)[0])  # load now: a broken bundle fails at start-up
@@ -69,11 +76,14 @@ class DemoModels:
         if self.dirs.get(kind) is None:
             raise DenkiError(f"no {kind} model loaded (start the demo with --{'classifier' if kind == 'classifier' else 'qa'} DIR)")
         key = (kind, label)
-        if key not in self._cache:
-            backend = {v: k for k, v in BACKEND_LABELS.items()}.get(label, "auto")
-            device = "cuda" if backend in ("fp16", "cuda-fp32") else "cpu"
-            backend = "fp32" if backend == "cuda-fp32" else backend
-            self._cache[key] = Predictor(self.dirs[kind], backend=backend, device=device, threads=self.threads)
+        with self._lock:
+            if key not in self._cache:
+                backend = {v: k for k, v in BACKEND_LABELS.items()}.get(label, "auto")
+                device = "cuda" if backend in ("fp16", "cuda-fp32") else "cpu"
+                backend = "fp32" if backend == "cuda-fp32" else backend
+                # warmup: one call at load, so that the first request on this variant pays no cold-start cost
+                self._cache[key] = Predictor(self.dirs[kind], backend=backend, device=device, threads=self.threads,
+                                             warmup=True)
         return self._cache[key]
 
     def examples(self, kind: str, n: int = 5) -> list:
@@ -123,13 +133,20 @@ def route_text(models: DemoModels, text: str, backend: str, top_k: int = 5) -> t
     wall = (time.perf_counter() - t0) * 1e3
     scores = dict(sorted(r["scores"].items(), key=lambda kv: -kv[1])[:top_k])
     thr = float(p.task.get("threshold", 0.0) or 0.0)
+    out_of_scope = r.get("reason") == "out_of_scope"
     if r["route"] == p.task.get("human_label", "human"):
-        head = f"### 振り分け先: **{HUMAN_JA}**（自信度が低いため）"
+        head = f"### 振り分け先: **{HUMAN_JA}**（{'どの窓口の内容にも当たらないため' if out_of_scope else '自信度が低いため'}）"
     else:
         head = f"### 振り分け先: **{r['label']}**"
     why = (f"最上位 **{r['label']}** の確信度 {r['score']:.3f} / しきい値 {thr:.3f} → "
-           f"{'しきい値未満なので担当者へ回します' if r['score'] < thr else 'しきい値以上なので自動で振り分けます'}"
+           f"{'しきい値未満なので担当者へ回します' if r['score'] < thr else 'しきい値以上です'}"
            f"（温度 T={float(p.task.get('temperature', 1.0)):.2f} で較正済み）")
+    sc = p.task.get("scope")
+    if sc:  # the out-of-scope check: the TF-IDF model's top probability against its threshold
+        why += (f"。対象外チェック: TF-IDF モデルの最上位確率が {float(sc['threshold']):.3f} 未満なら担当者へ → "
+                + ("どの窓口の語彙とも合わないため担当者へ回します" if out_of_scope else "対象内です"))
+    if r["route"] != p.task.get("human_label", "human"):
+        why += "。自動で振り分けます"
     fu = p.task.get("fusion")
     if fu:  # a fused router: say that the probabilities combine the encoder and the TF-IDF model
         why += (f"。確率はエンコーダ（重み {float(fu['weight']):.1f}）と TF-IDF モデル"
@@ -220,6 +237,96 @@ def latency_stats(history: list[dict]) -> tuple[str, object]:
     return "\n".join(lines), fig
 
 
+def clamp_requests(n) -> int:
+    """The latency tab's N as an int in ``[1, MEASURE_MAX_N]`` (the default when empty or not a number)."""
+    try:
+        n = int(n)
+    except (TypeError, ValueError):
+        n = MEASURE_DEFAULT_N
+    return max(1, min(MEASURE_MAX_N, n))
+
+
+def machine_info(threads: int | None) -> dict:
+    """What the figures depend on: the CPU model and its speed flags (avx512*/amx*/…, as ``denki bench pick``
+    keys its records), onnxruntime's intra-op threads and the cores this process may use."""
+    from denki.serve.fastpath import cpu_fingerprint
+
+    fp = cpu_fingerprint()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": fp["model"], "flags": fp["flags"], "threads": threads, "cores": cores}
+
+
+def measure_latency(models: DemoModels, n: int = MEASURE_DEFAULT_N, *, warmup: int = MEASURE_WARMUP,
+                    progress: Callable[[float, str], None] | None = None) -> dict:
+    """Time ``n`` single requests per loaded model and per variant this machine offers (``models.backends``),
+    after ``warmup`` untimed ones, on the bundles' own examples (the demo's, :meth:`DemoModels.examples`).
+
+    A request is what the demo's handlers call: ``Predictor.classify([text])`` or ``Predictor.answer(q, passage)``
+    (tokenisation, the model, the decision rule), timed by wall clock. The variants are interleaved request by
+    request, so that each sees the same moments of machine noise. Loading a variant not used yet (its session and
+    warm-up) is not timed. ``progress(fraction, text)`` is called as it goes.
+    → ``{"rows": [{"kind", "task", "backend", "n", "mean_ms", "p50_ms", "p95_ms", "ratio"}], "n", "warmup",
+    "machine"}``; ``ratio`` is the row's p50 over the fastest p50 of the same model."""
+    from denki.serve.bench_latency import _pct
+
+    n, warmup = clamp_requests(n), max(0, int(warmup))
+    runs = []  # (kind, label, predictor, request function)
+    for kind in ("classifier", "qa"):
+        labels = models.backends(kind)
+        if not labels:
+            continue
+        inputs = models.examples(kind) or ([[Predictor.WARMUP_TEXT]] if kind == "classifier"
+                                           else [list(Predictor.WARMUP_QA)])
+        for label in labels:
+            if progress:
+                progress(0.0, f"{TASK_JA[kind]} · {label} を読み込み中")
+            p = models.predictor(kind, label)
+            if kind == "classifier":
+                fn = (lambda p, xs: lambda i: p.classify([xs[i % len(xs)][0]]))(p, inputs)
+            else:
+                fn = (lambda p, xs: lambda i: p.answer(*xs[i % len(xs)]))(p, inputs)
+            runs.append((kind, label, p, fn))
+    if not runs:
+        raise DenkiError("no model loaded: nothing to measure")
+    times: list[list[float]] = [[] for _ in runs]
+    total = warmup + n
+    for i in range(total):
+        for j, (*_, fn) in enumerate(runs):
+            t0 = time.perf_counter()
+            fn(i)
+            if i >= warmup:
+                times[j].append(time.perf_counter() - t0)
+        if progress and (i % 5 == 4 or i == total - 1):
+            progress((i + 1) / total, f"{'ウォームアップ' if i < warmup else '計測'} {i + 1}/{total} 回目")
+    rows = []
+    for (kind, label, p, _), ts in zip(runs, times):
+        rows.append({"kind": kind, "task": TASK_JA[kind], "backend": label, "n": len(ts),
+                     "mean_ms": float(np.mean(ts)) * 1e3, "p50_ms": _pct(ts, 50), "p95_ms": _pct(ts, 95)})
+    for kind in {r["kind"] for r in rows}:
+        best = min(r["p50_ms"] for r in rows if r["kind"] == kind)
+        for r in rows:
+            if r["kind"] == kind:
+                r["ratio"] = r["p50_ms"] / best if best > 0 else 1.0
+    return {"rows": rows, "n": n, "warmup": warmup, "machine": machine_info(models.threads)}
+
+
+def measure_markdown(result: dict) -> str:
+    """The latency tab's table (Japanese labels) and, under it, the machine the figures were taken on."""
+    lines = ["| モデル | 方式 | 件数 | 平均 (ms) | 中央値 p50 (ms) | p95 (ms) | 最速との比 (p50) |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        ratio = "**最速**" if r["ratio"] == 1.0 else f"{r['ratio']:.2f}×"
+        lines.append(f"| {r['task']} | {r['backend']} | {r['n']} | {r['mean_ms']:.2f} | {r['p50_ms']:.2f} | "
+                     f"{r['p95_ms']:.2f} | {ratio} |")
+    m = result["machine"]
+    threads = f"{m['threads']}" if m["threads"] else "onnxruntime の既定（--threads 未指定）"
+    lines += ["", f"1 件ずつのリクエスト（トークナイズ・推論・判定規則を含む実時間）を方式ごとに {result['n']} 回、"
+                  f"事前に {result['warmup']} 回のウォームアップ（計測外）。方式は 1 回ずつ交互に実行。",
+              "", f"CPU: {m['cpu']} · フラグ: {' '.join(m['flags']) or 'なし'} · スレッド数: {threads} · "
+                  f"使えるコア数: {m['cores']}"]
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ Gradio wiring
 def _shorten(text: str, width: int) -> str:
     text = " ".join(text.split())
@@ -283,6 +390,17 @@ def build_app(models: DemoModels):
             scored = gr.File(label="採点結果", elem_id="batch-scored")
             errors = gr.File(label="エラー行", elem_id="batch-errors")
         with gr.Tab("レイテンシ"):
+            gr.Markdown("### 方式ごとの計測\n読み込んだモデルごとに、この環境で使える方式（int8 / O2 / fp32、GPU が"
+                        "あれば CUDA）で例文を 1 件ずつ N 回リクエストし、中央値と p95 を並べます（ウォームアップ "
+                        f"{MEASURE_WARMUP} 回は計測外）。")
+            with gr.Row():
+                lat_n = gr.Number(value=MEASURE_DEFAULT_N, minimum=1, maximum=MEASURE_MAX_N, precision=0,
+                                  label=f"方式ごとのリクエスト数 N（上限 {MEASURE_MAX_N}）", elem_id="latency-n")
+                measure_btn = gr.Button("計測する", variant="primary", elem_id="latency-measure")
+            measure_status = gr.Markdown(elem_id="latency-measure-status")
+            measure_md = gr.Markdown(elem_id="latency-measure-table")
+            gr.Markdown("### このセッションのリクエスト履歴\n上のタブであなたが送ったリクエストの実測値です"
+                        "（計測ボタンのリクエストは含みません）。")
             lat_md = gr.Markdown("まだリクエストがありません。", elem_id="latency-table")
             lat_plot = gr.Plot(label="リクエストごとのレイテンシ")
             refresh = gr.Button("更新", elem_id="latency-refresh")
@@ -307,6 +425,22 @@ def build_app(models: DemoModels):
                      concurrency_id="predict")
         batch_btn.click(lambda f, b: score_file(models, f, b), [upload, cls_backend], [scored, errors, batch_md],
                         concurrency_limit=1, concurrency_id="batch")
+        def start_measure(n):
+            n = clamp_requests(n)
+            return gr.update(interactive=False), n, f"計測中…（方式ごとに {n} 件）"
+
+        def do_measure(n, progress=gr.Progress()):
+            t0 = time.perf_counter()
+            try:
+                r = measure_latency(models, n, progress=lambda f, text: progress(f, desc=text))
+            except DenkiError as e:
+                return f"エラー: {e}", ""
+            return f"計測完了（{time.perf_counter() - t0:.1f} 秒）", measure_markdown(r)
+
+        # the button is disabled while a measurement runs (and one runs at a time, across sessions)
+        measure_btn.click(start_measure, [lat_n], [measure_btn, lat_n, measure_status], queue=False).then(
+            do_measure, [lat_n], [measure_status, measure_md], concurrency_limit=1, concurrency_id="measure").then(
+            lambda: gr.update(interactive=True), None, [measure_btn], queue=False)
         refresh.click(latency_stats, [history], [lat_md, lat_plot])
         history.change(latency_stats, [history], [lat_md, lat_plot])
     # At most two predictions at once; batch jobs one at a time; a bounded queue (excess requests are refused).

@@ -455,7 +455,7 @@ def classify_file(model_dir, input_path, output_path, *, text_field: str | None 
                 logits[idx] = lg
             w.batches = None
             logits = predictor.fuse(logits, w.lexical)
-            w.label_idx, w.score, _, w.abstain = decide(logits, predictor.task)
+            w.label_idx, w.score, _, w.abstain = decide(logits, predictor.task, w.lexical)
         return w
 
     # --- stage 4 (sink): write in input order, checkpoint by time

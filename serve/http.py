@@ -6,7 +6,7 @@
 
 Endpoints (JSON in and out; errors are ``{"error": {"code", "message", "details"}}``):
 
-- ``POST /v1/classify`` ``{"texts": [...]}`` → ``{"results": [{"label", "score", "scores", "route"}]}``
+- ``POST /v1/classify`` ``{"texts": [...]}`` → ``{"results": [{"label", "score", "scores", "route", "reason"}]}``
 - ``POST /v1/answer`` ``{"question", "context"}`` → ``{"answer", "start", "end", "score", "has_answer", ...}``
 - ``POST /v1/answer/batch`` ``{"items": [{"question", "context"}, ...]}`` → ``{"results": [...]}``
 - ``GET /v1/models`` (what is loaded), ``GET /healthz`` (alive), ``GET /readyz`` (models loaded, accepting work),
@@ -19,7 +19,9 @@ measured service rate already says so) and, where it pays, micro-batching (``bat
 cancels its request and the model work queued for it. Limits answer with clear JSON: body over
 ``max_body_bytes`` → 413; too many texts, text too long, empty or malformed input → 422; overloaded or shutting
 down → 503 with ``Retry-After``. Routes exist only for the models that are loaded (a classifier-only server has
-no ``/v1/answer``).
+no ``/v1/answer``). With ``settings.human_log`` (``denki serve --human-log FILE``) every text ``/v1/classify``
+routes to the human label is appended to FILE as a JSON line (:mod:`serve.humanlog`; the request's
+``X-Request-ID`` header, if any, becomes the record's ``id``).
 
 No torch here. The metrics are ``prometheus_client`` counters, histograms and gauges (:class:`Metrics`), served in
 the Prometheus text exposition format; with ``PROMETHEUS_MULTIPROC_DIR`` set (``denki serve --workers N``) every
@@ -39,6 +41,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from denki.models.io.errors import DenkiError
+from denki.serve.humanlog import HumanLog, check_human_log_path
 from denki.serve.microbatch import (DEFAULT_MAX_QUEUE_MS, DEFAULT_WAIT_MS, BatchStats, MicroBatcher, QueueFull,
                               SharedBacklog, ShuttingDown, batching_mode, default_wait_ms, resolve_batching)
 from denki.serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS
@@ -70,9 +73,12 @@ class ServerSettings:
     max_body_bytes: int = 2 * 1024 * 1024  # request body limit (413 beyond)
     retry_after_s: int = 1  # Retry-After on 503
     shutdown_timeout_s: float = 30.0  # finishing queued work at shutdown
+    human_log: str | None = None  # JSONL file the human-routed texts are appended to (serve.humanlog; None: off)
 
     def __post_init__(self):
         self.batching = batching_mode(self.batching)
+        if self.human_log is not None:
+            self.human_log = check_human_log_path(self.human_log)  # absolute: workers and replicas agree
         longest_wait = max(DEFAULT_WAIT_MS.values()) if self.max_wait_ms is None else float(self.max_wait_ms)
         if self.max_queue_ms is not None and not float(self.max_queue_ms) > longest_wait:
             raise DenkiError(f"max_queue_ms (the deadline, {self.max_queue_ms} ms) must be larger than max_wait_ms "
@@ -156,7 +162,8 @@ class Metrics:
 
     - ``denki_http_requests_total{endpoint,method,status}``, ``denki_http_errors_total{endpoint,code}``,
       ``denki_shed_total{model,reason}`` (requests refused by admission control; reasons in
-      :data:`serve.microbatch.SHED_REASONS`) (counters);
+      :data:`serve.microbatch.SHED_REASONS`), ``denki_human_log_errors_total`` (human-routed texts that
+      ``--human-log`` could not write) (counters);
     - ``denki_http_request_duration_seconds{endpoint}`` (latency), ``denki_batch_size_items{model}`` and
       ``denki_batch_size_requests{model}`` (per model call), ``denki_inference_duration_seconds{model}``,
       ``denki_queue_wait_seconds{model}`` (arrival to model call, admitted requests) (histograms);
@@ -179,6 +186,9 @@ class Metrics:
         self._shed = Counter("denki_shed", "Requests refused by admission control, by model and reason "
                              "(estimate: refused on arrival; deadline: not started in time; queue_full).",
                              ["model", "reason"], registry=r)
+        self._human_log_errors = Counter("denki_human_log_errors", "Human-routed texts the human log (denki serve "
+                                         "--human-log) could not write (disk full, permission); the requests "
+                                         "were answered.", registry=r)
         self._latency = Histogram("denki_http_request_duration_seconds", "Request latency (seconds) by endpoint.",
                                   ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
         self._batch_items = Histogram("denki_batch_size_items",
@@ -235,6 +245,14 @@ class Metrics:
 
     def observe_shed(self, model: str, reason: str) -> None:
         self._shed.labels(model, reason).inc()
+
+    def observe_human_log_error(self, records: int = 1) -> None:
+        self._human_log_errors.inc(records)
+
+    @property
+    def human_log_errors(self) -> int:
+        """Human-log records this process failed to write."""
+        return int(next(iter(self._human_log_errors.collect())).samples[0].value)
 
     def set_queue_items(self, model: str, items: int) -> None:
         self._queue_items.labels(model).set(items)
@@ -461,6 +479,13 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
         raise DenkiError(f"--qa: {qa.dir} is a {qa.kind} bundle, not an ONNX QA model")
     s = settings or ServerSettings()
     metrics = metrics or Metrics()
+    human_log = None
+    if s.human_log is not None:
+        if classifier is None:
+            raise DenkiError("--human-log records the classifier's human route: it needs --classifier")
+        human_log = HumanLog(s.human_log, model=_model_name(classifier),
+                             human=getattr(classifier, "task", {}).get("human_label", "human"),
+                             on_error=metrics.observe_human_log_error)
 
     def _utf8(v: str) -> str:
         try:
@@ -498,6 +523,8 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
         score: float = Field(description="its calibrated probability")
         scores: dict[str, float] = Field(description="probability of every label")
         route: str = Field(description="the label, or the human label when the model abstains")
+        reason: str | None = Field(default=None, description="why the text goes to a human: unsure (below the "
+                                   "threshold) or out_of_scope (fits no label); null when routed")
 
     class ClassifyResponse(BaseModel):
         results: list[ClassifyResult]
@@ -576,10 +603,11 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
         for b in batchers.values():
             await b.start()
         state["ready"] = True
-        log.info("denki serve ready (pid %d): %s; batching %s; deadline %s", os.getpid(),
+        log.info("denki serve ready (pid %d): %s; batching %s; deadline %s; human log %s", os.getpid(),
                  ", ".join(f"{k}={v}" for k, v in describe().items()),
                  ", ".join(f"{k} {v}" for k, v in batching.items()),
-                 "none" if s.max_queue_ms is None else f"{s.max_queue_ms:g} ms")
+                 "none" if s.max_queue_ms is None else f"{s.max_queue_ms:g} ms",
+                 "off" if human_log is None else f"{human_log.path} (texts routed to {human_log.human!r})")
         try:
             yield
         finally:
@@ -600,6 +628,7 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
     app.state.metrics = metrics
     app.state.batchers = batchers
     app.state.batching = batching
+    app.state.human_log = human_log
 
     # ------------------------------------------------------------------ errors
     def _err(request: Request, status: int, code: str, message: str, details=None, headers=None):
@@ -665,7 +694,10 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
                   description="Each text gets the most likely label, its probability, all probabilities and the "
                               "route (the label, or the human label when the model is not confident enough).")
         async def classify(req: ClassifyRequest, request: Request):
-            return {"results": await batchers["classifier"].submit(req.texts, arrived=_arrived(request))}
+            results = await batchers["classifier"].submit(req.texts, arrived=_arrived(request))
+            if human_log is not None:
+                _log_human(human_log, metrics, req.texts, results, request.headers.get("x-request-id"))
+            return {"results": results}
 
     if qa is not None:
         @app.post("/v1/answer", tags=["models"], response_model=AnswerResult, responses=errors,
@@ -683,6 +715,22 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
     app.add_middleware(_ObserveAndLimit, metrics=metrics, max_body_bytes=s.max_body_bytes, known_paths=known,
                        admit=admit, retry_after_s=s.retry_after_s)
     return app
+
+
+def _model_name(predictor) -> str:
+    """The name a human-log record gives the served model: its bundle directory's name."""
+    d = getattr(predictor, "dir", None)
+    return os.path.basename(os.path.normpath(str(d))) if d else "classifier"
+
+
+def _log_human(human_log: HumanLog, metrics: Metrics, texts, results, request_id: str | None) -> None:
+    """Append a request's human-routed texts to the human log; nothing that goes wrong there fails the request
+    (I/O errors are counted by the log itself; anything else is counted here and logged)."""
+    try:
+        human_log.log(texts, results, request_id)
+    except Exception:  # noqa: BLE001 — the user's answer matters more than the log line
+        metrics.observe_human_log_error(sum(1 for r in results if r.get("route") == human_log.human) or 1)
+        log.exception("human log %s: could not record a request's texts", human_log.path)
 
 
 def _arrived(request) -> float | None:

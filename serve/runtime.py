@@ -125,9 +125,10 @@ class Predictor:
         self.model_file = self.dir / available[self.backend]
         self.session, self.provider = open_session(self.model_file, self.device, threads,
                                                    allow_spinning=self.allow_spinning)
-        # a fused router (task.json "fusion"): the TF-IDF model, numpy, files checked by verify_bundle above
+        # a fused router (task.json "fusion") or one with an out-of-scope rule ("scope"): the TF-IDF model, numpy,
+        # files checked by verify_bundle above
         self.lexical = None
-        if self.kind == "onnx-classifier" and self.task.get("fusion"):
+        if self.kind == "onnx-classifier" and (self.task.get("fusion") or self.task.get("scope")):
             from denki.models.classify.lexical import LexicalModel
 
             self.lexical = LexicalModel.load(self.dir)
@@ -232,6 +233,11 @@ class Predictor:
         """Classifier logits ``(n, n_labels)`` float32, batched by :func:`sorted_batches` (sorted by token count,
         at most ``batch_size`` per batch, none padded far beyond its own texts). For a fused router these are the
         fused logits (:func:`models.classify.fusion.fused_logits`): what the routing rule is fitted on."""
+        return self.rule_inputs(texts, batch_size=batch_size)[0]
+
+    def rule_inputs(self, texts: Sequence[str], *, batch_size: int = 32) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(logits (n, K) as :meth:`logits`, the TF-IDF model's logits (n, K) or None)``: what the routing rule
+        takes (the lexical logits feed its out-of-scope check)."""
         if self.kind != "onnx-classifier":
             raise DenkiError(f"{self.dir} is a {self.kind} bundle, not a classifier")
         self._check_texts(texts)
@@ -243,10 +249,12 @@ class Predictor:
             out[idx] = self.run(self.tokenizer.pad([encs[i] for i in idx]))[0]
         t2 = time.perf_counter()
         self.last_timing = {"tokenize_ms": (t1 - t0) * 1e3, "inference_ms": (t2 - t1) * 1e3, "n": len(texts)}
+        lexical = None
         if self.lexical is not None:
-            out = self.fuse(out, self.lexical.logits(texts))
+            lexical = self.lexical.logits(texts)
+            out = self.fuse(out, lexical)
             self.last_timing["lexical_ms"] = (time.perf_counter() - t2) * 1e3
-        return out
+        return out, lexical
 
     def fuse(self, encoder_logits: np.ndarray, lexical_logits: np.ndarray | None) -> np.ndarray:
         """The logits the routing rule sees from the ONNX model's ``(n, K)`` (and, for a fused router, the
@@ -256,12 +264,14 @@ class Predictor:
         return np.asarray(fused_logits(self.task, encoder_logits, lexical_logits), dtype=np.float32)
 
     def classify(self, texts: Sequence[str], *, batch_size: int = 32) -> list[dict]:
-        """``[{"label", "score", "scores", "route"}]`` per text, by the bundle's routing rule."""
+        """``[{"label", "score", "scores", "route", "reason"}]`` per text, by the bundle's routing rule
+        (``reason``: None when routed, else ``"unsure"`` or ``"out_of_scope"``)."""
         from denki.models.classify.decision import route
 
         if not texts:
             return []
-        return route(self.logits(texts, batch_size=batch_size), self.task)
+        logits, lexical = self.rule_inputs(texts, batch_size=batch_size)
+        return route(logits, self.task, lexical)
 
     # -------------------------------------------------------------------- QA
     def answer(self, question: str, context: str, *, n_best: int | None = None) -> dict:

@@ -1,4 +1,5 @@
-"""Demo handlers (no browser): routing, QA highlighting, batch upload, latency stats, input caps."""
+"""Demo handlers (no browser): routing, QA highlighting, batch upload, latency stats and measurement, input
+caps."""
 from __future__ import annotations
 
 import json
@@ -92,6 +93,43 @@ def test_latency_stats(models):
         hist.append({"task": "振り分け", **timing})
     md, fig = latency_stats(hist)
     assert "| 振り分け | int8 | 3 |" in md and fig is not None
+
+
+def test_predictors_are_warmed_up_at_load(models):
+    # the first real request on a variant must not pay MeCab's first lookups or onnxruntime's first-run allocations
+    for kind in ("classifier", "qa"):
+        for label in models.backends(kind):
+            assert models.predictor(kind, label).warmup_ms is not None
+
+
+def test_measure_latency(models):
+    from denki.app.demo import MEASURE_MAX_N, clamp_requests, measure_latency, measure_markdown
+
+    seen = []
+    r = measure_latency(models, 4, warmup=1, progress=lambda f, text: seen.append(f))
+    rows = r["rows"]
+    # one row per loaded model and per variant this machine offers, in the demo's own order
+    for kind in ("classifier", "qa"):
+        assert [x["backend"] for x in rows if x["kind"] == kind] == models.backends(kind)
+        assert min(x["ratio"] for x in rows if x["kind"] == kind) == 1.0
+    assert len(rows) == len(models.backends("classifier")) + len(models.backends("qa"))
+    for x in rows:
+        assert x["n"] == 4 and 0 < x["p50_ms"] <= x["p95_ms"] and x["mean_ms"] > 0 and x["ratio"] >= 1.0
+    assert seen and seen[-1] == 1.0
+    assert r["machine"]["cores"] >= 1 and isinstance(r["machine"]["flags"], list)
+    md = measure_markdown(r)
+    assert "| モデル | 方式 | 件数 |" in md and "中央値 p50 (ms)" in md and "p95 (ms)" in md
+    assert "| 振り分け | ORT int8 (CPU) | 4 |" in md and "| 回答抽出 | ORT fp32 (CPU) | 4 |" in md
+    assert "**最速**" in md and "CPU:" in md and "スレッド数" in md
+    assert clamp_requests(10**6) == MEASURE_MAX_N and clamp_requests(0) == 1 and clamp_requests(None) == 50
+
+
+def test_measure_latency_one_model(onnx_classifier):
+    from denki.app.demo import DemoModels, measure_latency
+
+    m = DemoModels(str(onnx_classifier), None, threads=1)
+    r = measure_latency(m, 2, warmup=0)
+    assert {x["kind"] for x in r["rows"]} == {"classifier"} and r["machine"]["threads"] == 1
 
 
 def test_missing_models_message(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """End to end in a real browser: start `denki demo` on a free loopback port, drive headless Chromium with
 Playwright (Debian's /usr/bin/chromium; `.ci/run` installs it and a Japanese font), route an inquiry, ask a
-question, see the highlighted answer, check that both tabs' example lists show their texts, and save
-screenshots."""
+question, see the highlighted answer, check that both tabs' example lists show their texts, measure every variant's
+latency from the レイテンシ tab, and save screenshots."""
 from __future__ import annotations
 
 import contextlib
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, free_port
+from .conftest import HOTEL_TONIGHT, OUT_OF_SCOPE, REPO, free_port
 
 CHROMIUM = os.environ.get("DENKI_CHROMIUM", "/usr/bin/chromium")
 #: one example of a gr.Examples, as a button (gallery layout) or a table row (table layout)
@@ -65,9 +65,9 @@ def _demo(classifier, qa, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def demo_url(onnx_classifier, onnx_qa, tmp_path_factory):
+def demo_url(inquiry_router, onnx_qa, tmp_path_factory):
     _need_browser()
-    with _demo(onnx_classifier, onnx_qa, tmp_path_factory) as url:
+    with _demo(inquiry_router / "onnx", onnx_qa, tmp_path_factory) as url:
         yield url
 
 
@@ -75,13 +75,13 @@ def _start(text: str, n: int = 12) -> str:
     return " ".join(text.split())[:n]
 
 
-def test_demo_in_browser(demo_url, onnx_classifier, onnx_qa, tmp_path):
+def test_demo_in_browser(demo_url, inquiry_router, onnx_qa, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
-    from denki.app.demo import DemoModels
+    from denki.app.demo import HUMAN_JA, DemoModels
 
     # the examples the demo shows: real ones from each bundle's dev sample
-    examples = DemoModels(str(onnx_classifier), str(onnx_qa))
+    examples = DemoModels(str(inquiry_router / "onnx"), str(onnx_qa))
     cls_examples, qa_examples = examples.examples("classifier"), examples.examples("qa", 3)
     assert cls_examples and qa_examples, "the test bundles carry no dev sample: nothing to check"
 
@@ -110,7 +110,7 @@ def test_demo_in_browser(demo_url, onnx_classifier, onnx_qa, tmp_path):
             # On a loaded machine the textarea can be in the page before Gradio listens to it: a value filled then
             # is lost and the app answers its "empty input" message. Fill and click again in that case (3 tries).
             for _ in range(3):
-                page.locator("#route-input textarea").fill("新しいスマートフォンの発売日を教えてください")
+                page.locator("#route-input textarea").fill(HOTEL_TONIGHT)
                 page.locator("#route-button").click()
                 try:
                     expect(route).to_contain_text("振り分け先", timeout=20_000)
@@ -118,10 +118,16 @@ def test_demo_in_browser(demo_url, onnx_classifier, onnx_qa, tmp_path):
                 except AssertionError:
                     if "入力してください" not in route.inner_text():
                         raise
-            expect(route).to_contain_text("振り分け先", timeout=10_000)
-            assert route.inner_text().strip().startswith("振り分け先")
+            # a hotel for tonight goes to the lodging desk
+            expect(route).to_contain_text("振り分け先: 宿泊", timeout=10_000)
             expect(page.locator("#route-why")).to_contain_text("しきい値")
             page.screenshot(path=str(shots / "demo_routing.png"), full_page=True)
+            # a text no tourist desk handles goes to a person, and the page says why
+            page.locator("#route-input textarea").fill(OUT_OF_SCOPE[0])
+            page.locator("#route-button").click()
+            expect(route).to_contain_text(f"振り分け先: {HUMAN_JA}", timeout=20_000)
+            expect(route).to_contain_text("どの窓口の内容にも当たらない")
+            page.screenshot(path=str(shots / "demo_routing_out_of_scope.png"), full_page=True)
             # QA
             page.get_by_role("tab", name="回答抽出").click()
             # the QA tab's examples show the question and the start of its passage (they were empty rows)
@@ -151,6 +157,19 @@ def test_demo_in_browser(demo_url, onnx_classifier, onnx_qa, tmp_path):
             # latency tab shows the session's requests
             page.get_by_role("tab", name="レイテンシ").click()
             expect(page.locator("#latency-table")).to_contain_text("int8", timeout=15_000)
+            # ... and measures every variant of both models on demand (N kept small)
+            page.locator("#latency-n input").fill("3")
+            page.locator("#latency-measure").click()
+            table = page.locator("#latency-measure-table")
+            expect(page.locator("#latency-measure-status")).to_contain_text("計測完了", timeout=60_000)
+            expect(page.locator("#latency-measure")).to_be_enabled(timeout=10_000)
+            expect(table).to_contain_text("中央値 p50 (ms)")
+            rows = [" ".join(r.split()) for r in table.locator("tbody tr").all_inner_texts()]
+            for kind, task in (("classifier", "振り分け"), ("qa", "回答抽出")):
+                for label in examples.backends(kind):
+                    assert any(r.startswith(f"{task} {label} 3 ") for r in rows), (task, label, rows)
+            expect(table).to_contain_text("CPU:")
+            page.screenshot(path=str(shots / "demo_latency.png"), full_page=True)
             assert not page_errors, page_errors
         finally:
             browser.close()

@@ -58,7 +58,7 @@ def test_runtime_matches_torch_and_golden(onnx_classifier, classifier_bundle):
     res = p.classify(texts)
     task = p.task
     for r in res:
-        assert set(r) == {"label", "score", "scores", "route"}
+        assert set(r) == {"label", "score", "scores", "route", "reason"}
         assert r["route"] in (r["label"], "human")
         assert (r["route"] == "human") == (r["score"] < task["threshold"])
         assert abs(sum(r["scores"].values()) - 1) < 1e-6

@@ -199,6 +199,21 @@ def main() -> int:
                        f"--size tiny --objective electra {budget} --precision {stats['precision']} "
                        f"--seed {ident['seed']} --out {run}",
                        f"denki pretrain export --checkpoint {run} --out {out} --generator"]
+        init = runinfo.get("init_from")
+        if init:  # a leg continuing an earlier checkpoint: the FLOPs behind the weights are both legs', and the
+            # recipe is the earlier checkpoint's plus this leg (--init-from resets the optimizer and the schedule)
+            prev_dir = Path(init["path"])
+            prev = json.loads((prev_dir / "card.json").read_text(encoding="utf-8"))
+            stats["leg"] = {"flops": summary["flops"], "steps": summary["steps"], "tokens": summary["tokens"],
+                            "wall_s": summary["wall_s"], "init_from": prev["name"], "init_sha256": init["sha256"]}
+            stats["legs"] = prev.get("legs", [{k: prev.get(k) for k in ("flops", "steps", "tokens", "wall_s")}
+                                              | {"name": prev["name"]}]) + [stats["leg"] | {"name": args.name}]
+            for k in ("flops", "steps", "tokens", "wall_s"):
+                stats[k] = sum(leg[k] for leg in stats["legs"])
+            default_cmd = prev.get("command", []) + [
+                f"denki pretrain --corpus {' '.join(runinfo['corpus'])} --init-from {prev['name']} "
+                f"--objective electra {budget} --precision {stats['precision']} --seed {ident['seed']} --out {run}",
+                f"denki pretrain export --checkpoint {run} --out {out} --generator"]
         gen_params = n_params(tmp / "generator" / "model.safetensors")
     else:
         shutil.copytree(run / "bundle" if (run / "bundle").is_dir() else run, tmp)

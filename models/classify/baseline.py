@@ -14,6 +14,20 @@ def _nfkc(text: str) -> str:
     return unicodedata.normalize("NFKC", text)
 
 
+def fit_tfidf(texts: list[str], gold, *, C: float = 10.0, max_features: int = 300_000, seed: int = 0):
+    """``(vectorizer, classifier, x)``: the TF-IDF (char 1–3-grams, sublinear tf, NFKC) + logistic regression of
+    :func:`tfidf_baseline` fitted on ``texts``; also the model that self-training refits (:mod:`.selftrain`)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    vec = TfidfVectorizer(analyzer="char", ngram_range=(1, 3), sublinear_tf=True, min_df=1,
+                          max_features=max_features, preprocessor=_nfkc, dtype=np.float32)
+    x = vec.fit_transform(texts)
+    clf = LogisticRegression(C=C, max_iter=2000, random_state=seed)
+    clf.fit(x, gold)
+    return vec, clf, x
+
+
 def tfidf_baseline(train_texts: list[str], train_gold: np.ndarray, dev_texts: list[str], dev_gold: np.ndarray,
                    labels: list[str], *, C: float = 10.0, max_features: int = 300_000, seed: int = 0,
                    keep_model: bool = False) -> dict:
@@ -23,17 +37,10 @@ def tfidf_baseline(train_texts: list[str], train_gold: np.ndarray, dev_texts: li
     ``(n_dev, K)`` (scikit-learn's, for the parity check of the numpy copy); the caller pops both before JSON.
 
     ``C=10``: character n-gram features are many and sparse; light regularisation is the usual first choice."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-
     from denki.models.classify.metrics import classification_metrics, coverage_curve, ece
 
     t0 = time.perf_counter()
-    vec = TfidfVectorizer(analyzer="char", ngram_range=(1, 3), sublinear_tf=True, min_df=1,
-                          max_features=max_features, preprocessor=_nfkc, dtype=np.float32)
-    x_train = vec.fit_transform(train_texts)
-    clf = LogisticRegression(C=C, max_iter=2000, random_state=seed)
-    clf.fit(x_train, train_gold)
+    vec, clf, x_train = fit_tfidf(train_texts, train_gold, C=C, max_features=max_features, seed=seed)
     train_seconds = time.perf_counter() - t0
     probs = np.zeros((len(dev_texts), len(labels)))
     probs[:, clf.classes_] = clf.predict_proba(vec.transform(dev_texts))  # a class absent from train stays 0

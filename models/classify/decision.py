@@ -10,7 +10,9 @@ For one example with logits ``z`` (shape ``(K,)``):
 1. ``label = argmax(z + offsets)``   — per-class offsets (0 for most classes) protect must-not-miss classes;
 2. ``scores = softmax(z / T)``       — temperature-scaled (calibrated) probabilities, *without* the offsets;
 3. ``score = scores[label]``;
-4. ``route = human_label if score < threshold else label`` — abstain (send to a person) when unsure.
+4. ``route = human_label if score < threshold else label`` — abstain (send to a person) when unsure;
+5. with a ``scope`` entry, also ``route = human_label`` when the text fits no desk (:mod:`.scope`: the router's TF-IDF
+   model's top probability under the scope threshold) — this needs the lexical model's logits beside ``z``.
 
 Ties in step 1 go to the lower class index (``numpy.argmax``). A missing key means "no effect": temperature 1,
 threshold 0 (never abstain), offsets 0.
@@ -20,6 +22,15 @@ from __future__ import annotations
 import numpy as np
 
 HUMAN = "human"
+
+
+def out_of_scope(task: dict, lexical_logits, n: int) -> np.ndarray:
+    """``(n,)`` bool: the bundle's scope rule (:func:`models.classify.scope.out_of_scope`)."""
+    if not task.get("scope"):
+        return np.zeros(n, dtype=bool)
+    from denki.models.classify.scope import out_of_scope as rule
+
+    return rule(task, lexical_logits, n)
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -42,9 +53,11 @@ def rule_params(task: dict, n_labels: int) -> tuple[float, float, np.ndarray]:
     return temperature, threshold, offsets
 
 
-def decide(logits: np.ndarray, task: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Vectorised rule. ``logits``: ``(batch, K)``. Returns ``(label_idx (batch,), score (batch,),
-    probs (batch, K), abstain (batch,) bool)``."""
+def decide(logits: np.ndarray, task: dict, lexical_logits: np.ndarray | None = None
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised rule. ``logits``: ``(batch, K)``; ``lexical_logits`` ``(batch, K)``: the TF-IDF model's, needed
+    when ``task`` has a ``scope`` rule. Returns ``(label_idx (batch,), score (batch,), probs (batch, K),
+    abstain (batch,) bool)`` — ``abstain`` covers both reasons (:func:`reasons` tells them apart)."""
     z = np.asarray(logits, dtype=np.float64)
     if z.ndim != 2:
         raise ValueError(f"logits must be (batch, n_labels), got shape {z.shape}")
@@ -52,17 +65,27 @@ def decide(logits: np.ndarray, task: dict) -> tuple[np.ndarray, np.ndarray, np.n
     idx = np.argmax(z + offsets[None, :], axis=1)
     probs = softmax(z / temperature, axis=1)
     score = probs[np.arange(len(idx)), idx]
-    abstain = score < threshold
+    abstain = (score < threshold) | out_of_scope(task, lexical_logits, len(idx))
     return idx, score, probs, abstain
 
 
-def route(logits: np.ndarray, task: dict) -> list[dict]:
-    """Apply the bundle's rule to ``logits`` ``(batch, n_labels)`` → one dict per example:
-    ``{"label": best department, "score": its calibrated probability, "scores": {label: prob},
-    "route": label or "human"}``."""
+def reasons(task: dict, score: np.ndarray, lexical_logits: np.ndarray | None) -> list[str | None]:
+    """Why each example goes to a human: ``"out_of_scope"`` (fits no desk), ``"unsure"`` (below the threshold),
+    or None (routed). Out of scope wins when both hold."""
+    threshold = float(task.get("threshold", 0.0) or 0.0)
+    oos = out_of_scope(task, lexical_logits, len(score))
+    return ["out_of_scope" if o else "unsure" if s < threshold else None for o, s in zip(oos, score)]
+
+
+def route(logits: np.ndarray, task: dict, lexical_logits: np.ndarray | None = None) -> list[dict]:
+    """Apply the bundle's rule to ``logits`` ``(batch, n_labels)`` (and, for a ``scope`` rule, the lexical model's
+    ``(batch, n_labels)``) → one dict per example: ``{"label": best department, "score": its calibrated
+    probability, "scores": {label: prob}, "route": label or "human", "reason": None, "unsure" or
+    "out_of_scope"}``."""
     labels = list(task["labels"])
     human = task.get("human_label", HUMAN)
-    idx, score, probs, abstain = decide(logits, task)
+    idx, score, probs, abstain = decide(logits, task, lexical_logits)
+    why = reasons(task, score, lexical_logits)
     if probs.shape[1] != len(labels):
         raise ValueError(f"logits have {probs.shape[1]} columns, task has {len(labels)} labels")
     out = []
@@ -70,5 +93,5 @@ def route(logits: np.ndarray, task: dict) -> list[dict]:
         lab = labels[int(idx[i])]
         out.append({"label": lab, "score": float(score[i]),
                     "scores": {labels[k]: float(probs[i, k]) for k in range(len(labels))},
-                    "route": human if abstain[i] else lab})
+                    "route": human if abstain[i] else lab, "reason": why[i]})
     return out

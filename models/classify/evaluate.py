@@ -28,7 +28,8 @@ def label_indices(labels: list[str], task_labels: list[str], path: str, lines: l
     return out
 
 
-def evaluate_logits(logits: np.ndarray, gold: np.ndarray, task: dict, *, curves: bool = False) -> dict:
+def evaluate_logits(logits: np.ndarray, gold: np.ndarray, task: dict, *, curves: bool = False,
+                    lexical_logits: np.ndarray | None = None) -> dict:
     """Every metric of ``denki evaluate classify`` from ``logits (n, K)`` and gold indices ``(n,)``.
 
     * ``accuracy``, ``macro_f1``, ``per_class``, ``confusion_matrix``: the model's decision at full coverage
@@ -37,12 +38,18 @@ def evaluate_logits(logits: np.ndarray, gold: np.ndarray, task: dict, *, curves:
       ``routed_wrong`` (fraction of the class's examples sent to a wrong department, i.e. neither correct nor
       "human") — what the routing rule does;
     * ``ece`` / ``nll`` with the bundle's temperature, ``ece_uncalibrated`` / ``nll_uncalibrated`` with T = 1.
+    * ``out_of_scope_rate``: with a ``scope`` rule, the share that rule alone sends to a human (these rows are
+      labelled, so in scope: it is coverage given up; ``lexical_logits`` ``(n, K)`` are then needed).
     With ``curves`` also ``reliability`` bins and the ``coverage_curve`` (for plots)."""
     labels = list(task["labels"])
     z = np.asarray(logits, dtype=np.float64)
     gold = np.asarray(gold, dtype=np.int64)
-    idx, score, probs, abstain = decide(z, task)
+    idx, score, probs, abstain = decide(z, task, lexical_logits)
     out = classification_metrics(gold, idx, labels)
+    if task.get("scope"):
+        from denki.models.classify.scope import out_of_scope
+
+        out["out_of_scope_rate"] = float(out_of_scope(task, lexical_logits, len(idx)).mean()) if len(idx) else 0.0
     correct = idx == gold
     kept = ~abstain
     out["abstain_rate"] = float(abstain.mean()) if len(gold) else 0.0
@@ -101,7 +108,12 @@ def evaluate_bundle(model_dir: str | os.PathLike, data_path: str | os.PathLike, 
         logits_fn = torch_logits_fn(bundle_dir, device=device, batch_size=batch_size, progress=progress)
     t0 = time.perf_counter()
     logits = np.asarray(logits_fn(data.texts))
-    res = evaluate_logits(logits, gold, task)
+    lexical_logits = None
+    if task.get("scope"):  # the out-of-scope rule reads the TF-IDF model's logits (numpy, in every router bundle)
+        from denki.models.classify.lexical import LexicalModel
+
+        lexical_logits = LexicalModel.load(bundle_dir).logits(data.texts)
+    res = evaluate_logits(logits, gold, task, lexical_logits=lexical_logits)
     res.update({"model": str(bundle_dir), "kind": kind, "data": str(data_path), "text_field": text_field,
                 "label_field": label_field, "skipped": len(data.skipped), "seconds": time.perf_counter() - t0})
     return res

@@ -17,9 +17,11 @@ Torch is imported at module level: ``serve/`` must use :mod:`models.classify.dec
 from __future__ import annotations
 
 import math
+import os
 import random
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -28,6 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from denki.models.bundle.format import resolve_bundle
+from denki.models.classify.decision import HUMAN
 from denki.models.classify.fusion import choose_fusion, fuse
 from denki.models.classify.predict import autocast, collate, encode_texts, length_batches, predict_logits
 from denki.models.io.errors import DenkiError
@@ -213,6 +216,8 @@ def _subsample(data, n: int | None, seed: int = 0):
     data.texts = [data.texts[i] for i in keep]
     data.labels = [data.labels[i] for i in keep]
     data.lines = [data.lines[i] for i in keep]
+    if data.files:
+        data.files = [data.files[i] for i in keep]
     return data
 
 
@@ -269,25 +274,38 @@ def _choose_fusion(mode: str, runs: list[dict], kept: int, lex_logits: np.ndarra
             "fused_crossfit_min": float(min(fused)), "fused_crossfit_max": float(max(fused))}
 
 
-def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None = None,
+#: labels a training or dev row may not have, and why (``denki serve --human-log`` rows keep the route, not a label)
+FORBIDDEN_LABELS = {HUMAN: "'human' is the abstention route (the model was unsure and a person decided), not a "
+                           "desk the model can learn: put the desk the person chose in this field, or drop the row"}
+
+
+def finetune(*, train_path: str | Sequence[str], dev_path: str, out_dir: str, model: str | None = None,
              init_random: str | None = None, tokenizer_dir: str | None = None, text_field: str = "text",
              label_field: str = "label", cfg: FinetuneConfig | None = None,
              target_precision: float | None = None, target_coverage: float | None = None,
              min_recall: dict[str, float] | None = None, skip_empty: bool = False,
              max_train_examples: int | None = None, baseline: bool = True, fusion: str = "auto",
-             command: str | None = None) -> dict:
+             command: str | None = None, unlabelled: Sequence[str] | None = None,
+             unlabelled_cap: int | None = None, scope_keep: float | None = None) -> dict:
     """Run ``denki finetune classify``; returns the report dict. Writes ``OUT/bundle`` (kind ``classifier``),
     ``OUT/report.json``, ``OUT/report.md`` and the PNGs.
 
+    ``train_path``: one file, or several concatenated in order (e.g. the original training file and the rows of a
+    ``denki serve --human-log`` file that people labelled); a row labelled ``human`` is refused in any of them.
+
     ``fusion``: ``auto`` ships the encoder fused with the TF-IDF model (:mod:`models.classify.fusion`) when the
-    fused router's cross-fitted dev macro-F1 beats the encoder's alone, ``on`` always, ``off`` never."""
+    fused router's cross-fitted dev macro-F1 beats the encoder's alone, ``on`` always, ``off`` never.
+
+    ``unlabelled``: files whose texts (labels never read) are pseudo-labelled by self-training the TF-IDF model
+    (:mod:`models.classify.selftrain`); the encoder trains on train + at most ``unlabelled_cap`` pseudo rows per
+    class (default :data:`selftrain.DEFAULT_ENCODER_CAP`), the TF-IDF half on train + all of them."""
     from denki.models.bundle.format import check_model_source, command_line, read_manifest
     from denki.models.classify.calibration import (choose_threshold, fit_min_recall_offsets, fit_temperature_report,
                                                    offsets_cost)
     from denki.models.classify.evaluate import evaluate_logits, label_indices
     from denki.models.classify.report import write_report
     from denki.models.io.fileio import atomic_write_text, sha256_file
-    from denki.models.io.records import check_label_sets, read_labelled
+    from denki.models.io.records import check_label_sets, read_labelled, read_labelled_files
     from denki.models.text.tokenizer import JapaneseTokenizer
     from denki.models.training.loop import median_index, pick_device
 
@@ -329,10 +347,15 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     elif cfg.epochs == 0:
         raise DenkiError("--epochs 0 (re-fit the routing rule only) needs a 'classifier' bundle as --model")
 
-    train = read_labelled(train_path, text_field, label_field, skip_empty=skip_empty)
+    train_paths = [str(train_path)] if isinstance(train_path, (str, os.PathLike)) else [str(p) for p in train_path]
+    train = read_labelled_files(train_paths, text_field, label_field, skip_empty=skip_empty,
+                                forbidden_labels=FORBIDDEN_LABELS)
     n_train_total = len(train)
+    if len(train_paths) > 1:
+        print("training data: " + ", ".join(f"{s['n']:,} rows from {s['path']}" for s in train.sources)
+              + f" ({n_train_total:,} in all)", flush=True)
     train = _subsample(train, max_train_examples)
-    dev = read_labelled(dev_path, text_field, label_field, skip_empty=skip_empty)
+    dev = read_labelled(dev_path, text_field, label_field, skip_empty=skip_empty, forbidden_labels=FORBIDDEN_LABELS)
     labels = check_label_sets(train, dev, label_field)
     if cfg.epochs == 0 and _bundle_labels(model) != labels:
         raise DenkiError(f"--epochs 0: the training labels {labels} differ from the bundle's "
@@ -345,15 +368,27 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
             raise DenkiError(f"--min-recall {lab}={min_recall[lab]}: the floor must be in (0, 1]")
     train_gold = label_indices(train.labels, labels, train.path, train.lines, label_field)
     dev_gold = label_indices(dev.labels, labels, dev.path, dev.lines, label_field)
+    selftrain = None  # --unlabelled: pseudo-labelled rows for the encoder and the TF-IDF half (dev untouched)
+    enc_texts, enc_gold = train.texts, train_gold
+    if unlabelled and cfg.epochs == 0:
+        raise DenkiError("--unlabelled needs training: drop --epochs 0")
+    if unlabelled:
+        from denki.models.classify.selftrain import DEFAULT_ENCODER_CAP, self_train_files
+
+        selftrain = self_train_files(unlabelled, text_field, train.texts, train_gold, dev.texts, labels,
+                                     cap=DEFAULT_ENCODER_CAP if unlabelled_cap is None else unlabelled_cap)
+        r = selftrain.labelled_repeats  # the labelled rows repeated: half the encoder's rows (selftrain.LABELLED_SHARE)
+        enc_texts = train.texts * r + selftrain.encoder_texts
+        enc_gold = np.concatenate([np.tile(train_gold, r), selftrain.encoder_gold]).astype(train_gold.dtype)
     requested_weights = cfg.class_weights
-    resolved, label_ratio = resolve_class_weights(cfg.class_weights, np.bincount(train_gold, minlength=len(labels)))
+    resolved, label_ratio = resolve_class_weights(cfg.class_weights, np.bincount(enc_gold, minlength=len(labels)))
     epochs_requested, patience_requested = cfg.epochs, cfg.patience
-    auto_epochs, auto_patience = default_schedule(len(train_gold), cfg.batch_size)
+    auto_epochs, auto_patience = default_schedule(len(enc_gold), cfg.batch_size)
     cfg = replace(cfg, class_weights=resolved,  # a copy: the caller's config may serve another task
                   epochs=auto_epochs if cfg.epochs is None else cfg.epochs,
                   patience=auto_patience if cfg.patience is None else cfg.patience)
     if cfg.epochs > 0 and (epochs_requested is None or patience_requested is None):
-        print(f"schedule: up to {cfg.epochs} epochs, patience {cfg.patience} (defaults for {len(train_gold):,} "
+        print(f"schedule: up to {cfg.epochs} epochs, patience {cfg.patience} (defaults for {len(enc_gold):,} "
               f"training examples at batch {cfg.batch_size}: ≥ {AUTO_MIN_UPDATES} updates, at most "
               f"{AUTO_MAX_EPOCHS} epochs)", flush=True)
     if requested_weights == "auto" and cfg.epochs > 0:
@@ -362,14 +397,14 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
 
     tok = JapaneseTokenizer.load(tokenizer_dir)
     train_ids, train_trunc = ([], 0) if cfg.epochs == 0 else encode_texts(
-        tok, train.texts, cfg.max_length, progress=cfg.progress, desc="tokenize train")
+        tok, enc_texts, cfg.max_length, progress=cfg.progress, desc="tokenize train")
     dev_ids, dev_trunc = encode_texts(tok, dev.texts, cfg.max_length, progress=cfg.progress, desc="tokenize dev")
     make_model = make_model_factory(labels=labels, bundle=model, random_size=init_random,
                                     vocab_size=tok.vocab_size)
 
     runs = []
     for seed in cfg.seeds:
-        r = train_one_seed(make_model, seed, train_ids, train_gold, dev_ids, dev_gold, labels, cfg,
+        r = train_one_seed(make_model, seed, train_ids, enc_gold, dev_ids, dev_gold, labels, cfg,
                            pad_id=tok.pad_id)
         runs.append(r)
         print(f"seed {seed}: dev macro-F1 {r['macro_f1']:.4f} accuracy {r['accuracy']:.4f} "
@@ -384,9 +419,16 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
         from denki.models.classify.baseline import tfidf_baseline
 
         print("TF-IDF baseline …", flush=True)
-        base = tfidf_baseline(train.texts, train_gold, dev.texts, dev_gold, labels, keep_model=True)
-        lexical, lex_probs = base.pop("model"), base.pop("dev_probs")
+        base = tfidf_baseline(train.texts, train_gold, dev.texts, dev_gold, labels, keep_model=selftrain is None)
+        lex = base if selftrain is None else tfidf_baseline(  # self-training: the lexical half sees the pseudo rows
+            train.texts + selftrain.lexical_texts, np.concatenate([train_gold, selftrain.lexical_gold]),
+            dev.texts, dev_gold, labels, keep_model=True)
+        lexical, lex_probs = lex.pop("model"), lex.pop("dev_probs")
         lex_logits = lexical.logits(dev.texts)
+        if selftrain is not None:
+            selftrain.report["lexical_dev"] = {k2: lex[k2] for k2 in ("macro_f1", "accuracy")}
+            print(f"TF-IDF on the labelled rows: dev macro-F1 {base['macro_f1']:.4f}; self-trained (the lexical "
+                  f"half): {lex['macro_f1']:.4f}", flush=True)
     _save_dev_logits(out, runs, lex_logits, dev_gold)
     fusion_report = _choose_fusion(fusion, runs, k, lex_logits, dev_gold, labels)
     ship = fusion_report is not None and fusion_report["shipped"]
@@ -429,7 +471,24 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
                           "crossfit_macro_f1": fusion_report["crossfit"]["macro_f1"],
                           "rule": "logits = fuse(encoder logits, lexical logits) (models/classify/fusion.py); "
                                   "the decision rule applies to them"}
-    dev_eval = evaluate_logits(dev_logits, dev_gold, task, curves=True)
+    # out of scope → human (models.classify.scope): the TF-IDF model's threshold keeps scope_keep of dev routed
+    from denki.models.classify.scope import DEFAULT_KEEP, fit_scope
+
+    scope_keep = DEFAULT_KEEP if scope_keep is None else scope_keep
+    if scope_keep and lexical is None:
+        print("finetune classify: no out-of-scope rule (--no-baseline: no TF-IDF model to build it on)",
+              file=sys.stderr)
+    elif scope_keep:
+        from denki.models.classify.lexical import LEXICAL_FILE, LEXICAL_VOCAB
+
+        task["scope"] = {**fit_scope({}, lex_logits, scope_keep), "lexical": LEXICAL_FILE,
+                         "lexical_vocab": LEXICAL_VOCAB,
+                         "rule": "route = human_label when max softmax(lexical logits) < threshold "
+                                 "(models/classify/scope.py): the text fits no desk"}
+        print(f"out of scope → {task['human_label']}: TF-IDF top probability < {task['scope']['threshold']:.3f} "
+              f"(keeps {task['scope']['dev_kept']:.1%} of dev routed; --scope-keep {scope_keep:g})", flush=True)
+    keep_lexical = ship or bool(task.get("scope"))
+    dev_eval = evaluate_logits(dev_logits, dev_gold, task, curves=True, lexical_logits=lex_logits)
 
     # rebuild the chosen model and save it as a classifier bundle
     net = make_model(chosen["seed"])
@@ -443,16 +502,19 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
               "texts": [dev.texts[i] for i in sample], "labels": [dev.labels[i] for i in sample],
               "logits": [[float(v) for v in row] for row in ref],
               "note": "fp32 CPU PyTorch logits of the saved model at this max_length; for ONNX parity checks"}
-    if ship:  # scikit-learn's own probabilities: the export's gate checks the bundle's numpy copy against them
+    if keep_lexical:  # scikit-learn's own probabilities: the export's gate checks the bundle's numpy copy
         parity["lexical_probs"] = [[float(v) for v in lex_probs[i]] for i in sample]
     device_name = str(pick_device(cfg.device))
     source = {
         "command": command or command_line(),
         "parent": ({"path": str(model), "kind": parent.get("kind"), "created": parent.get("created"),
                     "source": parent.get("source")} if parent else {"init": "random", "size": init_random}),
-        "train": {"path": str(train_path), "sha256": sha256_file(train_path), "n": len(train),
-                  "n_in_file": n_train_total},
+        "train": {"path": train.path, "sha256": sha256_file(train_paths[0]) if len(train_paths) == 1 else None,
+                  "n": len(train), "n_in_file": n_train_total,
+                  "files": [{**s, "sha256": sha256_file(s["path"])} for s in train.sources]},
         "dev": {"path": str(dev_path), "sha256": sha256_file(dev_path), "n": len(dev)},
+        **({"unlabelled": {"files": selftrain.report["files"], "encoder_rows": selftrain.report["encoder_rows"],
+                           "lexical_rows": selftrain.report["lexical_rows"]}} if selftrain else {}),
         "seeds": list(cfg.seeds), "chosen_seed": chosen["seed"], "config": asdict(cfg), "device": device_name,
     }
     bundle_metrics = {k2: dev_eval[k2] for k2 in ("accuracy", "macro_f1", "ece", "ece_uncalibrated",
@@ -462,10 +524,11 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     out.mkdir(parents=True, exist_ok=True)
     save_bundle(net, tokenizer_dir, out / "bundle", "classifier", source=source, metrics=bundle_metrics,
                 extra_files={"task.json": task, "parity_sample.json": parity},
-                write_extra=lexical.save if ship else None)
+                write_extra=lexical.save if keep_lexical else None)
     if train.skipped or dev.skipped:
         import json
 
+        # a row skipped from one of several training files names that file (its own "file" key comes last)
         rows = [{"file": train.path, **s} for s in train.skipped] + [{"file": dev.path, **s} for s in dev.skipped]
         atomic_write_text(out / "skipped_rows.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
@@ -496,6 +559,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
         "min_recall_cost": offsets_cost(dev_logits, dev_gold, offsets, labels) if min_recall else None,
         "baseline": base,
         "fusion": fusion_report,
+        "self_training": selftrain.report if selftrain else None,
         "pretrained_health_warning": health_warning,
         "temperature_fit": temperature_fit,
         "training_seconds": float(sum(r["seconds"] for r in runs)),

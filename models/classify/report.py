@@ -57,6 +57,33 @@ def _fusion_lines(r: dict) -> list[str]:
             f" (--fusion {f['requested']}; auto ships it when the cross-fitted fused figure beats the encoder).", ""]
 
 
+def _selftrain_lines(r: dict) -> list[str]:
+    st = r.get("self_training")
+    if not st:
+        return []
+    files = ", ".join(f"`{f['path']}` ({f['n']:,} texts)" for f in st["files"])
+    labels = list(st["kept_per_class"])
+    lines = ["## Self-training on unlabelled texts (`--unlabelled`)", "",
+             f"Read {files}; only the text field (a label field is never read). Dropped {st['empty_rows']:,} empty, "
+             f"{st['dropped_equal_to_train_or_dev']:,} equal to a training or dev text, {st['dropped_repeats']:,} "
+             f"repeats: pool **{st['pool']:,}**. Each round predicts the pool with the TF-IDF model fitted on the "
+             "labelled rows plus the rows kept so far and keeps that share of each predicted class, most confident "
+             "first.", "",
+             "| round | share kept | kept | " + " | ".join(labels) + " |",
+             "|---:|---:|---:|" + "---:|" * len(labels)]
+    for rd in st["rounds"]:
+        lines.append(f"| {rd['round']} | {rd['fraction']:.1f} | {rd['kept']:,} | "
+                     + " | ".join(f"{rd['kept_per_class'][lab]:,}" for lab in labels) + " |")
+    cap = st["encoder_cap_per_class"]
+    lines += ["", f"The encoder trained on the labelled rows (each ×{st.get('labelled_repeats', 1)} an epoch) + "
+              f"{st['encoder_rows']:,} pseudo-labelled rows (at most {cap if cap is not None else 'all'} per class); "
+              f"the TF-IDF half of the router on the labelled rows + all {st['lexical_rows']:,}."]
+    if st.get("lexical_dev") and r.get("baseline"):
+        lines.append(f"Dev macro-F1 of TF-IDF on the labelled rows only (the baseline) {_f(r['baseline']['macro_f1'])},"
+                     f" self-trained {_f(st['lexical_dev']['macro_f1'])} (the fusion table's TF-IDF).")
+    return lines + [""]
+
+
 def _model_name(m: dict) -> str:
     if m.get("path"):
         return f"`{m['path']}` ({m.get('kind')})"
@@ -72,11 +99,17 @@ def _thin(curve: dict | None, points: int = 200) -> dict | None:
     return {k: [v[i] for i in idx] for k, v in curve.items()}
 
 
+def _train_files(r: dict) -> str:
+    """"file", or "N files" when the training data came from several (``--train A B``)."""
+    n = len(r["data"]["train"].get("files") or [])
+    return f"{n} files" if n > 1 else "file"
+
+
 def _markdown(r: dict) -> str:
     dev, base, task, ss = r["dev"], r.get("baseline"), r["task"], r["seed_summary"]
     lines = ["# Routing classifier — dev report", "", f"`{r['command']}`", "",
              f"Model: {_model_name(r['model'])} · labels: {len(r['labels'])} · train {r['data']['train']['n']} "
-             f"(of {r['data']['train']['n_in_file']} in the file) · dev {r['data']['dev']['n']} · "
+             f"(of {r['data']['train']['n_in_file']} in the {_train_files(r)}) · dev {r['data']['dev']['n']} · "
              f"max_length {r['config']['max_length']} (truncated: train {r['data']['train']['truncated']}, dev "
              f"{r['data']['dev']['truncated']}) · lr {r['config']['lr']:g} · device {r['device']}", "",
              verdict(r), "",
@@ -96,6 +129,7 @@ def _markdown(r: dict) -> str:
              f"accuracy median {_f(ss['accuracy_median'])}; kept seed {ss['chosen_seed']}. (Seed figures are the plain "
              "argmax; the table above applies the bundle's rule, i.e. also any --min-recall offsets.)", "",
              *_fusion_lines(r),
+             *_selftrain_lines(r),
              "## Routing rule (stored in `bundle/task.json`)", "",
              f"`{task['decision_rule']}`", "",
              f"- temperature T = {task['temperature']:.3f}: NLL {_f(dev['nll_uncalibrated'])} → {_f(dev['nll'])}, "

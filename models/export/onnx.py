@@ -322,7 +322,7 @@ def _parity_qa(model, tok, files: dict[str, Path], data: dict, task: dict) -> di
     return res
 
 
-LEXICAL_FILES = ("lexical.safetensors", "lexical_vocab.json")  # a fused router's TF-IDF half (copied as is)
+LEXICAL_FILES = ("lexical.safetensors", "lexical_vocab.json")  # a router's TF-IDF model (fusion, scope; copied)
 LEXICAL_ATOL = 1e-4  # probabilities; measured: 1.2e-7 on livedoor titles (float32 tf-idf in scikit-learn)
 
 
@@ -334,7 +334,8 @@ def _lexical_gate(src: Path) -> dict:
 
     sample = json.loads((src / "parity_sample.json").read_text(encoding="utf-8"))
     if "lexical_probs" not in sample:
-        raise DenkiError(f"{src}: task.json asks for fusion but parity_sample.json has no lexical_probs "
+        raise DenkiError(f"{src}: task.json asks for the TF-IDF model (fusion or scope) but parity_sample.json has "
+                         "no lexical_probs "
                          "(fine-tune it again with this denki)")
     got = softmax(LexicalModel.load(src).logits(sample["texts"]), axis=1)
     diff = float(np.abs(got - np.asarray(sample["lexical_probs"])).max()) if len(got) else 0.0
@@ -492,7 +493,7 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
         parity = (_parity_classifier if kind == "classifier" else _parity_qa)(model, tok, files, data, task)
         parity["atol"], parity["min_agreement"], parity["max_drop"] = atol, min_agreement, max_drop
         failed = _gate(parity, atol, min_agreement, max_drop)
-        if kind == "classifier" and task.get("fusion"):
+        if kind == "classifier" and (task.get("fusion") or task.get("scope")):
             parity["lexical"] = _lexical_gate(src)  # raises when the numpy TF-IDF model drifts from scikit-learn
         done("parity gate")
         left_out = []

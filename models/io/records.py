@@ -13,7 +13,7 @@ import csv
 import io
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,29 +133,39 @@ def get_label(rec: dict, name: str, path, lineno: int) -> str:
 
 @dataclass
 class LabelledData:
-    """Texts and labels read from one file; ``lines[i]`` is the physical line of example ``i``."""
+    """Texts and labels read from one file (or several, :func:`read_labelled_files`); ``lines[i]`` is the physical
+    line of example ``i`` (in ``files[i]`` when read from several files)."""
     path: str
     texts: list[str] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
-    skipped: list[dict] = field(default_factory=list)  # {"line", "field", "reason"} for rows skipped
+    skipped: list[dict] = field(default_factory=list)  # {"line", "field", "reason"} (+ "file") for rows skipped
+    files: list[str] = field(default_factory=list)  # per example, only when read from several files
+    sources: list[dict] = field(default_factory=list)  # [{"path", "n"}] per file read, in order
 
     def __len__(self) -> int:
         return len(self.texts)
 
 
 def read_labelled(path: str | os.PathLike, text_field: str = "text", label_field: str = "label", *,
-                  skip_empty: bool = False, limit: int | None = None) -> LabelledData:
+                  skip_empty: bool = False, limit: int | None = None,
+                  forbidden_labels: Mapping[str, str] | None = None) -> LabelledData:
     """Read ``(text, label)`` pairs. An empty text is an error unless ``skip_empty`` (then it is recorded in
     ``.skipped``); every other problem raises :class:`InputError` naming file, line and field.
 
     ``text_field`` may join several fields with ``+`` (e.g. ``title+text``): they are joined with a newline.
     ``limit`` stops after that many examples (for quick looks; use a proper subsample for experiments).
+    ``forbidden_labels``: label → why it cannot be a label here; a row with such a label (compared case-blind) is
+    an :class:`InputError` saying why (fine-tuning refuses ``human``, the abstention route).
     """
     out = LabelledData(path=str(path))
     fields = [f for f in text_field.split("+") if f]
+    forbidden = {k.casefold(): v for k, v in (forbidden_labels or {}).items()}
     for lineno, rec in iter_records(path):
         label = get_label(rec, label_field, path, lineno)
+        if label.casefold() in forbidden:
+            raise InputError(f"label {label!r}: {forbidden[label.casefold()]}", path=str(path), line=lineno,
+                             field=label_field)
         parts = [get_text(rec, f, path, lineno, allow_empty=True) for f in fields]
         text = "\n".join(p for p in parts if p.strip())
         if not text.strip():
@@ -171,6 +181,35 @@ def read_labelled(path: str | os.PathLike, text_field: str = "text", label_field
             break
     if not out.texts:
         raise InputError("no examples in the file", path=str(path))
+    out.sources = [{"path": str(path), "n": len(out.texts)}]
+    return out
+
+
+def read_labelled_files(paths: str | os.PathLike | Sequence[str | os.PathLike], text_field: str = "text",
+                        label_field: str = "label", **kw) -> LabelledData:
+    """:func:`read_labelled` over one file or several, concatenated in the order given (e.g. the original
+    training file and the human log's rows once people have labelled them). With several files ``.path`` names
+    them all (``a.jsonl + b.jsonl``), ``.files[i]`` says which file example ``i`` came from, skipped rows carry
+    their ``file`` and ``.sources`` counts the examples per file. Every error names its own file and line."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [str(p) for p in paths]
+    if not paths:
+        raise InputError("no training file given")
+    if len(paths) == 1:
+        return read_labelled(paths[0], text_field, label_field, **kw)
+    dup = sorted({p for p in paths if paths.count(p) > 1})
+    if dup:
+        raise InputError(f"given more than once: {', '.join(dup)} (its rows would count twice)")
+    out = LabelledData(path=" + ".join(paths))
+    for p in paths:
+        part = read_labelled(p, text_field, label_field, **kw)
+        out.texts += part.texts
+        out.labels += part.labels
+        out.lines += part.lines
+        out.files += [p] * len(part)
+        out.skipped += [{"file": p, **s} for s in part.skipped]
+        out.sources += part.sources
     return out
 
 
