@@ -123,8 +123,18 @@ def render_readme(card: dict) -> str:
                                                           if card.get("generator_parameters") else "") + " |",
              f"| pretraining FLOPs | {card['flops']:.3g} ({card['steps']:,} steps, {card['tokens']:,} tokens, "
              f"batch {card['batch_size']} × {card['seq_len']}, {card['precision']}) |",
-             f"| wall time | {card['wall_s'] / 3600:.2f} h on one CPU core ({card['cpu']}) |",
+             (f"| wall time | {card['wall_s'] / 3600:.2f} h in all, one CPU core (the last leg: {card['cpu']}) |"
+              if card.get("legs") else f"| wall time | {card['wall_s'] / 3600:.2f} h on one CPU core ({card['cpu']}) |"),
              f"| licence | {card['licence']} (the strictest of its sources'; attribution below) |", ""]
+    if card.get("legs"):  # continued pretraining: each leg a whole schedule (--init-from resets the optimizer)
+        lines += ["Pretrained in legs, each continuing the last with `--init-from` (a whole schedule per leg):", "",
+                  "| leg | FLOPs | cumulative | steps | tokens | wall (h) |", "|---|---:|---:|---:|---:|---:|"]
+        total = 0.0
+        for leg in card["legs"]:
+            total += leg["flops"]
+            lines.append(f"| {leg['name']} | {leg['flops']:.3g} | {total:.3g} | {leg['steps']:,} | "
+                         f"{leg['tokens']:,} | {leg['wall_s'] / 3600:.2f} |")
+        lines += ["", "Precision and CPU above are the last leg's; the recipe below has every leg's command.", ""]
     if card.get("diagnostics"):
         lines += ["Replaced-token detection at the end of pretraining: " + ", ".join(
             f"{k} {v:.3f}" for k, v in card["diagnostics"].items() if isinstance(v, (int, float))) + ".", ""]
