@@ -116,8 +116,8 @@ def _register_classify(sub) -> None:
                         "rows plus all of them. Texts equal to a training or dev text are dropped; dev is used as "
                         "without it. The report records the rounds (see docs/classify.md)")
     p.add_argument("--unlabelled-cap", type=int, default=None, metavar="N",
-                   help="pseudo-labelled rows per class the encoder trains on (default 300: keeps a run cheap on one "
-                        "CPU core; the TF-IDF half always takes all of them)")
+                   help="pseudo-labelled rows per class the encoder trains on (default 100; more make each epoch "
+                        "longer and did not score better; the TF-IDF half always takes all of them)")
     p.add_argument("--scope-keep", type=_keep, default=None, metavar="SHARE",
                    help="out of scope → human: a text that shares no desk's words (the TF-IDF model's top "
                         "probability under a threshold) is routed to human; the threshold keeps this share of dev "

@@ -37,9 +37,9 @@ from denki.models.io.errors import DenkiError, InputError
 #: surest texts, and keeping 90 % at the end leaves out the least sure tenth (chosen in a probe on inquiry routing)
 ROUND_FRACTIONS = (0.3, 0.6, 0.9)
 
-#: pseudo-labelled rows per class the encoder trains on (the TF-IDF half takes them all): at 300 a run of 10 labels
-#: per desk trains on ~1,900 rows, ~1 minute an epoch on one CPU core (measured in experiments/few-label)
-DEFAULT_ENCODER_CAP = 300
+#: pseudo-labelled rows per class the encoder trains on (the TF-IDF half takes them all): at 10 labels per desk 100 beat
+#: 300 and 1,000 on the draws measured, at a third of 300's epoch time (experiments/few-label)
+DEFAULT_ENCODER_CAP = 100
 
 #: the labelled rows are repeated until they make at least this share of the encoder's training rows, so that a few
 #: clean labels are not drowned by ten times as many guessed ones (experiments/few-label: without it, 30 labels per
