@@ -2,6 +2,7 @@
 # experiments/few-label: each cell (labels per desk K, draw S) = draw.py, then `denki finetune classify` without
 # and with --unlabelled (K = all: without only, there is no pool), each scored on the full inquiry dev set.
 # Usage: bash experiments/few-label/run.sh [K:S ...]   (default: the study's cells in the order they ran)
+# "with" runs today's recipe; the study's with-v1 / with-cap300 / with-cap1000 runs are described in README.md.
 # Runs that exist are skipped; then summarize.py writes result.json. CORE (default 1) pins the runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -9,7 +10,7 @@ CORE=${CORE:-1}
 PY=".venv/bin/python"; DENKI=".venv/bin/denki"
 DEV=../shared/data/inquiry_route_dev.jsonl.gz
 CELLS=("$@")
-[ ${#CELLS[@]} -gt 0 ] || CELLS=(10:0 10:1 10:2 30:0 100:0 all:0 30:1 100:1 30:2 100:2)
+[ ${#CELLS[@]} -gt 0 ] || CELLS=(10:0 10:1 10:2 30:0 100:0 all:0 30:1 100:1 30:2 100:2 10:3 10:4 10:5)
 pin() { OMP_NUM_THREADS=1 taskset -c "$CORE" "$@"; }
 for cell in "${CELLS[@]}"; do
   K=${cell%%:*}; S=${cell##*:}; D=runs/few-label/k$K-s$S
