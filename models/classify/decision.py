@@ -53,11 +53,8 @@ def rule_params(task: dict, n_labels: int) -> tuple[float, float, np.ndarray]:
     return temperature, threshold, offsets
 
 
-def decide(logits: np.ndarray, task: dict, lexical_logits: np.ndarray | None = None
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Vectorised rule. ``logits``: ``(batch, K)``; ``lexical_logits`` ``(batch, K)``: the TF-IDF model's, needed
-    when ``task`` has a ``scope`` rule. Returns ``(label_idx (batch,), score (batch,), probs (batch, K),
-    abstain (batch,) bool)`` — ``abstain`` covers both reasons (:func:`reasons` tells them apart)."""
+def _decide(logits: np.ndarray, task: dict, lexical_logits: np.ndarray | None):
+    """``(label_idx, score, probs, unsure, out_of_scope)``: the rule's parts, each reason for a human apart."""
     z = np.asarray(logits, dtype=np.float64)
     if z.ndim != 2:
         raise ValueError(f"logits must be (batch, n_labels), got shape {z.shape}")
@@ -65,16 +62,16 @@ def decide(logits: np.ndarray, task: dict, lexical_logits: np.ndarray | None = N
     idx = np.argmax(z + offsets[None, :], axis=1)
     probs = softmax(z / temperature, axis=1)
     score = probs[np.arange(len(idx)), idx]
-    abstain = (score < threshold) | out_of_scope(task, lexical_logits, len(idx))
-    return idx, score, probs, abstain
+    return idx, score, probs, score < threshold, out_of_scope(task, lexical_logits, len(idx))
 
 
-def reasons(task: dict, score: np.ndarray, lexical_logits: np.ndarray | None) -> list[str | None]:
-    """Why each example goes to a human: ``"out_of_scope"`` (fits no desk), ``"unsure"`` (below the threshold),
-    or None (routed). Out of scope wins when both hold."""
-    threshold = float(task.get("threshold", 0.0) or 0.0)
-    oos = out_of_scope(task, lexical_logits, len(score))
-    return ["out_of_scope" if o else "unsure" if s < threshold else None for o, s in zip(oos, score)]
+def decide(logits: np.ndarray, task: dict, lexical_logits: np.ndarray | None = None
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised rule. ``logits``: ``(batch, K)``; ``lexical_logits`` ``(batch, K)``: the TF-IDF model's, needed
+    when ``task`` has a ``scope`` rule. Returns ``(label_idx (batch,), score (batch,), probs (batch, K),
+    abstain (batch,) bool)`` — ``abstain`` covers both reasons (:func:`route` tells them apart)."""
+    idx, score, probs, unsure, oos = _decide(logits, task, lexical_logits)
+    return idx, score, probs, unsure | oos
 
 
 def route(logits: np.ndarray, task: dict, lexical_logits: np.ndarray | None = None) -> list[dict]:
@@ -84,8 +81,9 @@ def route(logits: np.ndarray, task: dict, lexical_logits: np.ndarray | None = No
     "out_of_scope"}``."""
     labels = list(task["labels"])
     human = task.get("human_label", HUMAN)
-    idx, score, probs, abstain = decide(logits, task, lexical_logits)
-    why = reasons(task, score, lexical_logits)
+    idx, score, probs, unsure, oos = _decide(logits, task, lexical_logits)
+    # why a text goes to a human: out of scope (fits no desk) wins over unsure (below the threshold)
+    why = ["out_of_scope" if o else "unsure" if u else None for o, u in zip(oos, unsure)]
     if probs.shape[1] != len(labels):
         raise ValueError(f"logits have {probs.shape[1]} columns, task has {len(labels)} labels")
     out = []
@@ -93,5 +91,5 @@ def route(logits: np.ndarray, task: dict, lexical_logits: np.ndarray | None = No
         lab = labels[int(idx[i])]
         out.append({"label": lab, "score": float(score[i]),
                     "scores": {labels[k]: float(probs[i, k]) for k in range(len(labels))},
-                    "route": human if abstain[i] else lab, "reason": why[i]})
+                    "route": lab if why[i] is None else human, "reason": why[i]})
     return out
