@@ -66,7 +66,7 @@ NAMED_BUNDLE_OPTIONS = ("model", "init_from", "tokenizer")
 def _resolve_checkpoint_names(args) -> None:
     """Replace a checkpoint name given to a bundle option by the checkpoint's folder; a value that is neither an
     existing path nor a name is an error that lists the names."""
-    from denki.models.bundle.checkpoints import resolve_or_explain
+    from denki.models.registry.checkpoints import resolve_or_explain
 
     if getattr(args, "command", None) == "import":  # its --model may be a hub id in the local cache
         return

@@ -16,14 +16,21 @@ def register(sub) -> None:
                     "optimum's ORTModel + transformers pipeline on the same ONNX file. One process, interleaved, "
                     "warm-up excluded. Writes latency.json / latency.md / latency.png.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    lat.add_argument("--model", required=True, metavar="DIR", help="ONNX classifier bundle")
-    lat.add_argument("--texts", metavar="FILE", help="texts (.txt, or .jsonl/.csv with the training text field); "
-                                                     "default: the bundle's dev sample")
-    lat.add_argument("--torch-model", metavar="DIR", help="PyTorch bundle (default: the export's parent)")
-    lat.add_argument("--out", default=None, metavar="DIR", help="output dir (default: MODEL/../bench-latency)")
-    lat.add_argument("--iterations", type=int, default=60, help="timed calls per backend at batch 1")
-    lat.add_argument("--batch-iterations", type=int, default=12, help="timed calls per backend at batch 32")
-    lat.add_argument("--threads", type=int, default=None, help="threads for torch and onnxruntime")
+    lat.add_argument("--model", required=True, metavar="DIR", help="ONNX classifier bundle (`denki export` output)")
+    lat.add_argument("--texts", metavar="FILE",
+                     help="texts to time (.txt, or .jsonl/.csv with the training text field); None: the bundle's "
+                          "dev sample. Give your own traffic when its lengths differ from the dev sample's")
+    lat.add_argument("--torch-model", metavar="DIR",
+                     help="PyTorch bundle for the PyTorch row; None: the export's parent, when it is still there")
+    lat.add_argument("--out", default=None, metavar="DIR",
+                     help="where latency.json / .md / .png go; None: MODEL/../bench-latency")
+    lat.add_argument("--iterations", type=int, default=60,
+                     help="timed calls per backend at batch 1; raise it for steadier p95/p99 on a noisy machine")
+    lat.add_argument("--batch-iterations", type=int, default=12,
+                     help="timed calls per backend at batch 32; raise it for steadier batch figures")
+    lat.add_argument("--threads", type=int, default=None,
+                     help="threads for torch and onnxruntime; None: each library's default (all cores). Set it to "
+                          "the cores your service will have, e.g. 1 for one worker per core")
     lat.set_defaults(func=cmd_bench_latency)
 
     pk = bsub.add_parser(
@@ -39,11 +46,16 @@ def register(sub) -> None:
     pk.add_argument("--threads", type=int, nargs="+", default=[1, 0], metavar="T",
                     help="intra-op thread counts to record, one entry each (0 = onnxruntime's default, what "
                          "`denki serve` uses; 1 = what each `denki classify` model call uses)")
-    pk.add_argument("--iterations", type=int, default=20, help="timed batch-1 calls per candidate")
+    pk.add_argument("--iterations", type=int, default=20,
+                    help="timed batch-1 calls per candidate; raise it when close candidates swap places run to run")
     pk.add_argument("--batch-iterations", type=int, default=5, help="timed batch calls per candidate")
-    pk.add_argument("--batch-size", type=int, default=32, help="rows per batch call")
-    pk.add_argument("--no-spinning", action="store_true", help="do not time spinning on/off (onnxruntime default)")
-    pk.add_argument("--dry-run", action="store_true", help="print the timings, record nothing")
+    pk.add_argument("--batch-size", type=int, default=32,
+                    help="rows per batch call; set it to the batch size you serve or score with")
+    pk.add_argument("--no-spinning", action="store_true",
+                    help="do not time spinning on/off (keep onnxruntime's default); faster, for machines where "
+                         "busy-waiting threads are unwelcome anyway")
+    pk.add_argument("--dry-run", action="store_true", help="print the timings, record nothing (a look before "
+                                                             "changing what backend auto picks)")
     pk.set_defaults(func=cmd_bench_pick)
 
 
@@ -64,10 +76,11 @@ def cmd_bench_pick(args) -> int:
     from denki.models.bundle.format import verify_bundle
     from denki.models.text.tokenizer import JapaneseTokenizer
     from denki.serve.fastpath import cpu_fingerprint, format_entry, measure, record
-    from denki.serve.runtime import ONNX_KINDS, resolve_onnx_bundle
+    from denki.models.registry.tasks import onnx_kinds
+    from denki.serve.runtime import resolve_onnx_bundle
 
     bundle = resolve_onnx_bundle(args.model)
-    man = verify_bundle(bundle, kinds=ONNX_KINDS)  # time only files that are the ones the gate passed
+    man = verify_bundle(bundle, kinds=onnx_kinds())  # time only files that are the ones the gate passed
     tok = JapaneseTokenizer.load(bundle)
     fp = cpu_fingerprint()
     print(f"bench pick: {bundle} on {fp['key']}")

@@ -37,7 +37,7 @@ def _row(card: dict) -> list[str]:
 
 
 def cmd_checkpoints(args) -> int:
-    from denki.models.bundle.checkpoints import WHERE_TO_GET, checkpoint_dirs, list_checkpoints, verify_checkpoint
+    from denki.models.registry.checkpoints import WHERE_TO_GET, checkpoint_dirs, list_checkpoints, verify_checkpoint
 
     cards = list_checkpoints()
     if args.json:

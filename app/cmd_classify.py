@@ -22,13 +22,15 @@ def register(sub) -> None:
                    help="input file; with --engine ray a glob ('data/*.jsonl.gz'), a directory or a file")
     c.add_argument("--output", required=True, metavar="FILE",
                    help=".jsonl or .csv (optionally .gz); with --engine ray a directory (one output per input)")
-    c.add_argument("--text-field", default=None, help="field holding the text (default: the one used in training)")
-    c.add_argument("--batch-size", type=int, default=64)
+    c.add_argument("--text-field", default=None, help="field holding the text; None: the one the model was trained on (task.json)")
+    c.add_argument("--batch-size", type=int, default=64,
+                   help="texts per model call; changing it changes the --resume state (rerun with the same value)")
     c.add_argument("--errors", default=None, metavar="FILE", help="errors file (default: OUTPUT.errors.jsonl)")
     c.add_argument("--resume", action="store_true", help="continue an interrupted run")
     c.add_argument("--backend", default="auto", choices=BACKENDS,
                    help="auto: the fastest variant `denki bench pick` recorded for this CPU, else int8/o2/fp32")
-    c.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    c.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                   help="auto uses a GPU when one is usable; cpu to keep the GPU free for other work")
     c.add_argument("--workers", type=int, default=None, metavar="N",
                    help="cores to use (default: all this process may run on). Reading/tokenising, the model "
                         "and writing overlap in threads; the model runs up to N batches at once; 1 = one thread, "

@@ -11,13 +11,16 @@ def register(sub) -> None:
                     "the models `denki quickstart` produced (runs/quickstart/classifier-onnx, qa-onnx). Binds "
                     "127.0.0.1 unless --host says otherwise; analytics are off.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    d.add_argument("--classifier", metavar="DIR", help="ONNX classifier bundle (`denki export` output)")
-    d.add_argument("--qa", metavar="DIR", help="ONNX QA bundle")
+    d.add_argument("--classifier", metavar="DIR",
+                   help="ONNX classifier bundle (`denki export` output); None: runs/quickstart/classifier-onnx")
+    d.add_argument("--qa", metavar="DIR", help="ONNX QA bundle; None: runs/quickstart/qa-onnx")
     d.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 exposes it to the network)")
-    d.add_argument("--port", type=int, default=7860)
+    d.add_argument("--port", type=int, default=7860, help="port to listen on; change it when 7860 is taken")
     d.add_argument("--backend", default="auto", choices=["auto", "int8", "o2", "fp32", "cuda"],
-                   help="backend selected at start (switchable in the UI)")
-    d.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+                   help="variant selected at start (switchable in the UI); auto: CUDA when a GPU is "
+                        "usable, else int8, o2 or fp32, the first the bundle has")
+    d.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads; None: onnxruntime's default (all "
+                   "cores). Lower it on a shared machine")
     d.set_defaults(func=cmd_demo)
 
 

@@ -19,34 +19,56 @@ def register(sub) -> None:
 def _register_classify(sub) -> None:
     p = sub.add_parser(
         "classify", help="score a classifier bundle on a labelled file",
-        description="Score a classifier bundle (or a finetune output directory) on a labelled JSONL/CSV file "
-                    "with the bundle's routing rule. JSON: accuracy, macro_f1, per_class {precision, recall, f1, "
-                    "support, abstained, routed_wrong}, confusion_matrix, abstain_rate, accuracy_non_abstained, "
-                    "ece, nll, n.",
+        description="Score a classifier bundle (PyTorch or ONNX, or a finetune output directory) on a labelled "
+                    "JSONL/CSV file with the bundle's routing rule. Prints one summary line, which model file was "
+                    "scored (for ONNX: the fp32 / o2 / int8 / fp16 variant), a per-class table (precision, recall, "
+                    "F1, support, abstained, routed wrong), the confusion matrix and the most confident mistakes "
+                    "with their line in the file. --output-json writes: accuracy, macro_f1, per_class, "
+                    "confusion_matrix, abstain_rate, accuracy_non_abstained, ece, nll, n, misrouted, and for ONNX "
+                    "onnx_variant / onnx_file / onnx_choice.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", required=True, metavar="DIR", help="classifier bundle or finetune --out directory")
-    p.add_argument("--data", required=True, metavar="FILE", help="labelled .jsonl/.csv(.gz)")
-    p.add_argument("--text-field", default=None, help="default: the field the model was trained on")
-    p.add_argument("--label-field", default=None, help="default: the field the model was trained on")
-    p.add_argument("--output-json", metavar="FILE", default=None)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--skip-empty", action="store_true", help="skip rows with empty text instead of failing")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--model", required=True, metavar="DIR",
+                   help="classifier bundle (PyTorch or ONNX) or a `denki finetune classify` --out directory")
+    p.add_argument("--data", required=True, metavar="FILE",
+                   help="labelled .jsonl/.csv(.gz); every label must be one the model knows")
+    p.add_argument("--text-field", default=None,
+                   help="the text column; None: the field the model was trained on (task.json). Set it when this "
+                        "file names the column differently")
+    p.add_argument("--label-field", default=None,
+                   help="the label column; None: the field the model was trained on (task.json)")
+    p.add_argument("--output-json", metavar="FILE", default=None,
+                   help="also write every metric (and the misrouted examples) here, for scripts and comparisons")
+    p.add_argument("--batch-size", type=int, default=128,
+                   help="texts per model call; lower it if a GPU runs out of memory")
+    p.add_argument("--skip-empty", action="store_true",
+                   help="skip rows with empty text instead of stopping at the first one")
+    p.add_argument("--backend", default="auto",
+                   help="ONNX bundles only: which variant to score (fp32, o2, int8, fp16, ...); auto: the one "
+                        "`denki serve` and `denki classify` would use on this machine. Name one to check a "
+                        "variant before serving it")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda; auto uses a GPU when one is usable")
+    p.add_argument("--threads", type=int, default=None,
+                   help="PyTorch bundles: torch CPU threads; None: torch's choice (all cores). Lower it on a "
+                        "shared machine")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (logs, CI)")
     p.set_defaults(func=cmd_evaluate_classify)
 
 
 def _register_qa(sub) -> None:
     p = sub.add_parser("qa", help="score a QA bundle on a labelled SQuAD 2.0 / squad_v2 file",
-                       description="Evaluate a `qa` bundle with its stored null threshold. Prints and writes the "
-                                   "official SQuAD v2 metric names (character-level F1 for Japanese).")
-    p.add_argument("--model", required=True, help="qa bundle directory")
+                       description="Evaluate a `qa` or `onnx-qa` bundle with its stored null threshold. Prints and "
+                                   "writes the official SQuAD v2 metric names (character-level F1 for Japanese).")
+    p.add_argument("--model", required=True, help="qa or onnx-qa bundle directory")
     p.add_argument("--data", required=True, help="labelled file (.json SQuAD 2.0 or .jsonl squad_v2; .gz ok)")
     p.add_argument("--output-json", default=None, help="write the metrics JSON here")
-    p.add_argument("--predictions", default=None, help="write {id: answer text or \"\"} here")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-examples", type=int, default=None, help="random subset of the questions (seeded)")
+    p.add_argument("--predictions", default=None,
+                   help="write {id: answer text or \"\"} here, to inspect answers or score them elsewhere")
+    p.add_argument("--batch-size", type=int, default=64,
+                   help="PyTorch bundles: windows per model call (default: 64); lower it if a GPU runs out of "
+                        "memory")
+    p.add_argument("--max-examples", type=int, default=None,
+                   help="score a random subset of this many questions (seeded, so repeatable) for a quick look; "
+                        "default: all")
     add_qa_run_options(p)
     p.set_defaults(func=cmd_evaluate_qa)
 
@@ -54,14 +76,15 @@ def _register_qa(sub) -> None:
 def cmd_evaluate_classify(args) -> int:
     from denki.models.bundle.format import read_manifest, resolve_bundle
     from denki.models.classify.evaluate import evaluate_bundle
+    from denki.models.registry.tasks import is_onnx
     from denki.models.io.fileio import atomic_write_json
 
     bundle = resolve_bundle(args.model)
     fn = None
-    if read_manifest(bundle).get("kind") == "onnx-classifier":
+    if is_onnx(read_manifest(bundle).get("kind", "")):
         from denki.serve.evaluate import onnx_logits_fn  # torch-free ONNX runtime
 
-        fn = onnx_logits_fn(bundle, device=args.device, batch_size=args.batch_size)
+        fn = onnx_logits_fn(bundle, backend=args.backend, device=args.device, batch_size=args.batch_size)
     elif args.threads:
         import torch
 
@@ -69,18 +92,58 @@ def cmd_evaluate_classify(args) -> int:
     r = evaluate_bundle(bundle, args.data, text_field=args.text_field, label_field=args.label_field, logits_fn=fn,
                         device=args.device, batch_size=args.batch_size, skip_empty=args.skip_empty,
                         progress=not args.no_progress)
+    if fn is not None:  # which ONNX file was scored: auto picks one per CPU (docs/serving.md)
+        p = fn.predictor
+        r.update(onnx_variant=p.backend, onnx_file=p.model_file.name, onnx_choice=p.choice)
     if args.output_json:
         atomic_write_json(args.output_json, r)
     print(f"n {r['n']}: accuracy {r['accuracy']:.4f}, macro-F1 {r['macro_f1']:.4f}, abstain {r['abstain_rate']:.3f}"
           + (f", accuracy on routed {r['accuracy_non_abstained']:.4f}" if r["accuracy_non_abstained"] is not None
              else "") + f", ECE {r['ece']:.3f}")
+    print(format_classify_report(r))
     return 0
+
+
+def format_classify_report(r: dict) -> str:
+    """What a user acts on, below the one-line summary: which model file was scored, per-class precision / recall /
+    F1 / support, the confusion matrix, and the most confident mistakes."""
+    labels = list(r["per_class"])
+    if r.get("onnx_variant"):
+        scored = f"scored: ONNX {r['onnx_variant']} ({r['onnx_file']}; {r['onnx_choice']})"
+    else:
+        scored = "scored: PyTorch (model.safetensors)"
+    lines = [scored, "", "per class (decision at full coverage; abstained and routed wrong: the routing rule's "
+             "share of the class sent to a person and to a wrong desk):",
+             "| label | precision | recall | F1 | support | abstained | routed wrong |", "|---|---|---|---|---|---|---|"]
+    for lab, m in r["per_class"].items():
+        lines.append(f"| {lab} | {m['precision']:.3f} | {m['recall']:.3f} | {m['f1']:.3f} | {m['support']} | "
+                     f"{m.get('abstained', 0):.3f} | {m.get('routed_wrong', 0):.3f} |")
+    lines += ["", "confusion matrix (rows: gold, columns: predicted):",
+              "| gold \\ predicted | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    for lab, row in zip(labels, r["confusion_matrix"]):
+        lines.append(f"| {lab} | " + " | ".join(str(c) for c in row) + " |")
+    mis = r.get("misrouted") or []
+    n_wrong = sum(m["support"] for m in r["per_class"].values()) - sum(
+        r["confusion_matrix"][i][i] for i in range(len(labels)))
+    if not mis:
+        lines += ["", "misrouted: none (every example is predicted correctly)"]
+        return "\n".join(lines)
+    lines += ["", f"misrouted ({len(mis)} of {n_wrong} wrong; wrong desk before sent to a person, the most "
+                  "confident first):"]
+    for m in mis:
+        text = m["text"].replace("\n", " ")
+        text = text if len(text) <= 60 else text[:59] + "…"
+        to_person = " (the rule sends it to a person)" if m["route"] != m["predicted"] else ""
+        lines.append(f"- line {m.get('line', m['index'] + 1)}: 「{text}」 gold {m['gold']} → predicted {m['predicted']} "
+                     f"(confidence {m['confidence']:.2f}){to_person}")
+    return "\n".join(lines)
 
 
 def cmd_evaluate_qa(args) -> int:
     from denki.models.bundle.format import read_manifest, resolve_bundle
+    from denki.models.registry.tasks import is_onnx
 
-    if read_manifest(resolve_bundle(args.model)).get("kind") == "onnx-qa":  # ONNX bundles: the torch-free runtime
+    if is_onnx(read_manifest(resolve_bundle(args.model)).get("kind", "")):  # ONNX bundles: the torch-free runtime
         from denki.models.io.fileio import atomic_write_json
         from denki.serve.evaluate import evaluate_onnx_qa
 
@@ -92,7 +155,7 @@ def cmd_evaluate_qa(args) -> int:
         if args.predictions:
             atomic_write_json(args.predictions, {q: r["answer"] for q, r in res.items()})
     else:
-        from denki.models.qa.finetune import evaluate_qa
+        from denki.models.qa.evaluate import evaluate_qa
 
         out = evaluate_qa(model=args.model, data=args.data, output_json=args.output_json,
                           predictions=args.predictions, batch_size=args.batch_size, max_examples=args.max_examples,

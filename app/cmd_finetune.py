@@ -46,7 +46,21 @@ def _min_recall(value: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(f"floor in {value!r} is not a number") from None
 
 
+class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: X)" to an option's help, except where there is nothing to show (no default, a flag) or
+    the help already says what the default is."""
+
+    def _get_help_string(self, action):
+        d = action.default
+        if d is None or d is False or d == [] or d == argparse.SUPPRESS or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _register_classify(sub) -> None:
+    from denki.models.classify.config import FinetuneConfig
+
+    d = FinetuneConfig()  # every training default lives there; the options read it
     p = sub.add_parser(
         "classify", help="fine-tune a routing classifier (text → label, or 'human' when unsure)",
         description="Fine-tune ElectraForSequenceClassification (BertForSequenceClassification for an imported "
@@ -59,50 +73,73 @@ def _register_classify(sub) -> None:
                     "--target-coverage; the rule is stored in the bundle's task.json. Writes OUT/bundle, "
                     "OUT/report.json, OUT/report.md and PNGs, with the encoder, the TF-IDF model and the "
                     "fused router side by side. All figures are on dev, which also chose these settings.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=_HelpWithDefaults)
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", metavar="BUNDLE", help="pretrained (or classifier) bundle to start from")
+    src.add_argument("--model", metavar="BUNDLE",
+                     help="pretrained bundle to start from, or a classifier bundle to fine-tune further (e.g. on "
+                          "new labelled rows)")
     src.add_argument("--init-random", metavar="SIZE", choices=("tiny", "mini", "small", "base"),
-                     help="random-init control of this size instead of --model (needs --tokenizer)")
+                     help="random-init control of this size instead of --model (needs --tokenizer): the same "
+                          "recipe without pretraining, to see what the pretraining bought")
     p.add_argument("--tokenizer", metavar="DIR", help="tokenizer directory (with --init-random)")
     p.add_argument("--train", required=True, nargs="+", metavar="FILE",
                    help="labelled training file(s) (.jsonl/.csv[.gz]); several are concatenated (the rows per file "
                         "are printed), e.g. the original file plus the rows of a `denki serve --human-log` file "
                         "that people gave a label. Every row needs a label; a row labelled 'human' (the "
                         "abstention route) is refused")
-    p.add_argument("--dev", required=True, metavar="FILE", help="labelled dev file (early stopping, calibration)")
+    p.add_argument("--dev", required=True, metavar="FILE",
+                   help="labelled dev file: early stopping, the kept seed, calibration, the abstention threshold and "
+                        "every figure of the report come from it, so judge the result on another file")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--text-field", default="text",
                    help="text field; join several with + (e.g. title+text)")
-    p.add_argument("--label-field", default="label")
-    p.add_argument("--seeds", type=int, default=3, help="number of seeds (median reported and kept)")
-    p.add_argument("--seed", type=int, default=0, help="first seed (seeds are SEED..SEED+N-1)")
-    p.add_argument("--epochs", type=int, default=None,
-                   help="max epochs (early stopping on dev macro-F1); default 10 from about 2,000 training examples up, "
-                        "more for smaller sets so that a run makes ≥ 630 updates (at most 40 epochs; measured in "
-                        "experiments/labels); 0 = no training, only re-fit the routing rule (temperature, offsets, "
+    p.add_argument("--label-field", default="label", help="label field")
+    _add_classify_training_options(p, d)
+    _add_classify_rule_options(p)
+    p.add_argument("--device", default=d.device, help="auto | cpu | cuda (auto: CUDA when available)")
+    p.add_argument("--no-bf16", action="store_true",
+                   help="disable bf16 autocast on CUDA (no effect on CPU): for a GPU without bf16")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (logs, background jobs)")
+    p.set_defaults(func=cmd_finetune_classify)
+
+
+def _add_classify_training_options(p, d) -> None:
+    """How the encoder trains (defaults: ``d``, a :class:`FinetuneConfig`) and on which rows."""
+    from denki.models.classify.selftrain import DEFAULT_ENCODER_CAP
+
+    p.add_argument("--seeds", type=int, default=len(d.seeds),
+                   help="number of seeds trained (median reported and kept); more seeds give a steadier model "
+                        "and a seed spread in the report, at that many times the training time")
+    p.add_argument("--seed", type=int, default=d.seeds[0], help="first seed (seeds are SEED..SEED+N-1)")
+    p.add_argument("--epochs", type=int, default=d.epochs,
+                   help="max epochs (early stopping on dev macro-F1); default 10 from about 2,000 training examples "
+                        "up, more for smaller sets so that a run makes ≥ 630 updates (at most 40 epochs); the "
+                        "schedule is printed. 0 = no training, only re-fit the routing rule (temperature, offsets, "
                         "threshold) of a classifier bundle given as --model")
-    p.add_argument("--patience", type=int, default=None,
-                   help="epochs without dev macro-F1 gain before stopping (default: 30 %% of the epochs, ≥ 3)")
-    p.add_argument("--lr", type=float, default=None,
-                   help="peak learning rate (default: 1e-3 for tiny (hidden ≤128), 3e-4 for small (≤256), 1e-4 for "
-                        "larger; measured in experiments/finetune-recipe; choose on dev)")
-    p.add_argument("--layer-decay", type=float, default=None,
-                   help="layer-wise LR decay (default: 1.0 for tiny, 0.8 = official ELECTRA for larger)")
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--warmup-ratio", type=float, default=0.1)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-length", type=int, default=128, help="tokens per text, [CLS]/[SEP] included")
-    p.add_argument("--class-weights", choices=("none", "balanced", "auto"), default="auto",
-                   help="balanced: loss weights n/(K·n_k); auto: balanced when the most frequent label has ≥ 10× "
-                        "the rarest's training examples, else none (measured in experiments/cw)")
-    grp = p.add_mutually_exclusive_group()
-    grp.add_argument("--target-precision", type=float, default=None,
-                     help="abstain below the confidence that gives this accuracy on the routed part of dev")
-    grp.add_argument("--target-coverage", type=float, default=None,
-                     help="abstain on the least confident (1 − coverage) of dev")
-    p.add_argument("--min-recall", type=_min_recall, action="append", default=[], metavar="LABEL=FLOOR",
-                   help="must-not-miss class: per-class offset so its dev recall reaches FLOOR (repeatable)")
+    p.add_argument("--patience", type=int, default=d.patience,
+                   help="epochs without dev macro-F1 gain before stopping (default: 30 %% of the epochs, ≥ 3); "
+                        "raise it when dev macro-F1 is noisy from epoch to epoch")
+    p.add_argument("--lr", type=float, default=d.lr,
+                   help="peak learning rate (default by encoder width: 1e-3 for tiny (hidden ≤128), 3e-4 for small "
+                        "(≤256), 1e-4 for larger). The best value depends on the model and the data: try a few on "
+                        "dev (docs/classify.md)")
+    p.add_argument("--layer-decay", type=float, default=d.layer_decay,
+                   help="layer-wise LR decay: each layer below the top trains at this times the LR of the one above "
+                        "(default: 1.0 for tiny (hidden ≤128), 0.8 = official ELECTRA for larger); lower keeps more "
+                        "of what pretraining put into the lower layers")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay,
+                   help="AdamW weight decay (not on biases and LayerNorm)")
+    p.add_argument("--warmup-ratio", type=float, default=d.warmup_ratio,
+                   help="share of the steps with a linear warmup to the peak LR")
+    p.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help="texts per step; a smaller batch makes more updates per epoch")
+    p.add_argument("--max-length", type=int, default=d.max_length,
+                   help="tokens per text, [CLS]/[SEP] included; longer texts are cut (the report counts them): "
+                        "raise it for long texts, at a higher cost per text")
+    p.add_argument("--class-weights", choices=("none", "balanced", "auto"), default=d.class_weights,
+                   help="balanced: loss weights n/(K·n_k), so a rare label counts as much as a frequent one; auto: "
+                        "balanced when the most frequent label has ≥ 10× the rarest's training examples, else none")
     p.add_argument("--max-train-examples", type=int, default=None,
                    help="random subsample of the training file (Random(0)); reported")
     p.add_argument("--skip-empty", action="store_true",
@@ -116,43 +153,59 @@ def _register_classify(sub) -> None:
                         "rows plus all of them. Texts equal to a training or dev text are dropped; dev is used as "
                         "without it. The report records the rounds (see docs/classify.md)")
     p.add_argument("--unlabelled-cap", type=int, default=None, metavar="N",
-                   help="pseudo-labelled rows per class the encoder trains on (default 100; more make each epoch "
-                        "longer and did not score better; the TF-IDF half always takes all of them)")
+                   help=f"pseudo-labelled rows per class the encoder trains on (default {DEFAULT_ENCODER_CAP}; more "
+                        "make each epoch "
+                        "longer; the TF-IDF half always takes all of them)")
+
+
+def _add_classify_rule_options(p) -> None:
+    """The routing rule fitted on dev, the TF-IDF model and the fusion."""
+    from denki.models.classify.routing_rule import FUSION_CHOICES
+    from denki.models.classify.scope import DEFAULT_KEEP
+
+    grp = p.add_mutually_exclusive_group()
+    grp.add_argument("--target-precision", type=float, default=None,
+                     help="abstain below the confidence that gives this accuracy on the routed part of dev")
+    grp.add_argument("--target-coverage", type=float, default=None,
+                     help="abstain on the least confident (1 − coverage) of dev")
+    p.add_argument("--min-recall", type=_min_recall, action="append", default=[], metavar="LABEL=FLOOR",
+                   help="must-not-miss class: per-class offset so its dev recall reaches FLOOR (repeatable)")
     p.add_argument("--scope-keep", type=_keep, default=None, metavar="SHARE",
                    help="out of scope → human: a text that shares no desk's words (the TF-IDF model's top "
                         "probability under a threshold) is routed to human; the threshold keeps this share of dev "
-                        "routed (default 0.95). Lower it to catch more unrelated texts at the cost of more in-scope "
+                        f"routed (default {DEFAULT_KEEP:g}). Lower it to catch more unrelated texts at the cost of more in-scope "
                         "ones sent to a person; 0 turns the check off")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the TF-IDF + logistic regression baseline (and so the fusion and the out-of-scope "
                         "check)")
-    p.add_argument("--fusion", choices=("auto", "on", "off"), default="auto",
+    p.add_argument("--fusion", choices=FUSION_CHOICES, default="auto",
                    help="fuse the encoder with the TF-IDF model in the bundle (weighted or log-linear probabilities, "
                         "weight chosen on dev): auto (default) ships the fused router when its cross-fitted dev "
                         "macro-F1 beats the encoder alone; on: always; off: the encoder alone. Calibration, "
                         "abstention and --min-recall apply to the fused probabilities")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    p.add_argument("--no-bf16", action="store_true", help="disable bf16 autocast on CUDA")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.set_defaults(func=cmd_finetune_classify)
+
+
+def classify_config(args):
+    """The :class:`FinetuneConfig` of ``denki finetune classify`` from its parsed options."""
+    from denki.models.classify.config import FinetuneConfig
+
+    return FinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, max_length=args.max_length,
+                          layer_decay=args.layer_decay, weight_decay=args.weight_decay,
+                          warmup_ratio=args.warmup_ratio, patience=args.patience, class_weights=args.class_weights,
+                          seeds=list(range(args.seed, args.seed + args.seeds)), device=args.device,
+                          bf16=not args.no_bf16, progress=not args.no_progress)
 
 
 def cmd_finetune_classify(args) -> int:
     import torch
 
-    from denki.models.classify.finetune import FinetuneConfig, finetune
+    from denki.models.classify.finetune import finetune
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = FinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, max_length=args.max_length,
-                         layer_decay=args.layer_decay, weight_decay=args.weight_decay,
-                         warmup_ratio=args.warmup_ratio, patience=args.patience, class_weights=args.class_weights,
-                         seeds=list(range(args.seed, args.seed + args.seeds)), device=args.device,
-                         bf16=not args.no_bf16, progress=not args.no_progress)
     r = finetune(train_path=args.train, dev_path=args.dev, out_dir=args.out, model=args.model,
                  init_random=args.init_random, tokenizer_dir=args.tokenizer, text_field=args.text_field,
-                 label_field=args.label_field, cfg=cfg, target_precision=args.target_precision,
+                 label_field=args.label_field, cfg=classify_config(args), target_precision=args.target_precision,
                  target_coverage=args.target_coverage, min_recall=dict(args.min_recall),
                  skip_empty=args.skip_empty, max_train_examples=args.max_train_examples,
                  baseline=not args.no_baseline, fusion=args.fusion, unlabelled=args.unlabelled,
@@ -178,69 +231,97 @@ def cmd_finetune_classify(args) -> int:
 
 # ------------------------------------------------------------------------------------------------------- qa
 def _register_qa(sub) -> None:
+    from denki.models.qa.config import QAFinetuneConfig
+
+    d = QAFinetuneConfig()  # every training default lives there; the options read it
     p = sub.add_parser(
         "qa", help="extractive QA with no-answer (SQuAD 2.0 JSON or HF squad_v2 JSONL)",
         description="Fine-tune a pretrained bundle for extractive QA with unanswerable questions. Long contexts "
                     "are split into overlapping windows; the null threshold is tuned on --dev to maximise F1 and "
                     "stored in the bundle (task.json). Writes the `qa` bundle plus report.json/report.md/PNGs "
                     "into --out. --init-random trains the same QA model from random init instead: the control that "
-                    "shows what the pretraining bought.")
+                    "shows what the pretraining bought.",
+        formatter_class=_HelpWithDefaults)
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", metavar="BUNDLE", help="pretrained bundle directory")
+    src.add_argument("--model", metavar="BUNDLE",
+                     help="pretrained bundle to start from, or a qa bundle to fine-tune further on your own "
+                          "question/passage pairs (its heads are kept)")
     src.add_argument("--init-random", metavar="SIZE", choices=("tiny", "mini", "small", "base"),
                      help="random-init control of this size instead of --model (needs --tokenizer)")
     p.add_argument("--tokenizer", metavar="DIR", help="tokenizer directory (with --init-random)")
     p.add_argument("--train", required=True, help="training file (.json SQuAD 2.0 or .jsonl squad_v2; .gz ok)")
-    p.add_argument("--dev", required=True, help="dev file (threshold tuning and the report)")
-    p.add_argument("--out", required=True, help="output bundle directory")
-    p.add_argument("--max-length", type=int, default=384, help="tokens per window (default 384)")
-    p.add_argument("--doc-stride", type=int, default=128, help="overlap between windows in tokens (default 128)")
-    p.add_argument("--max-answer-length", type=int, default=30, help="longest answer in tokens (default 30)")
-    p.add_argument("--seeds", type=int, default=1, help="models trained with seeds seed..seed+N-1; the median "
-                                                        "(dev best F1) is kept (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
-    p.add_argument("--epochs", type=float, default=2.0, help="epochs (default 2)")
-    p.add_argument("--lr", type=float, default=None,
-                   help="peak learning rate (default by encoder width: 1e-3 tiny (hidden ≤128; it beat 3e-4 on "
-                        "JaQuAD, experiments/qa-lr), 3e-4 small (≤256), 1e-4 base)")
-    p.add_argument("--batch-size", type=int, default=32, help="windows per step (default 32)")
-    p.add_argument("--warmup-ratio", type=float, default=0.1)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--layer-decay", type=float, default=1.0, help="layer-wise LR decay (ELECTRA uses 0.8)")
-    p.add_argument("--n-best", type=int, default=20, help="start/end candidates per window (default 20)")
+    p.add_argument("--dev", required=True,
+                   help="dev file: the kept seed, the null rule and the null threshold are chosen on it, so its "
+                        "figures are optimistic; judge the bundle on another file with `denki evaluate qa`")
+    p.add_argument("--out", required=True, help="output directory (the bundle goes to OUT/bundle)")
+    p.add_argument("--max-length", type=int, default=d.max_length,
+                   help="tokens per window, question included; shorter windows train faster, longer ones see more "
+                        "context at once")
+    p.add_argument("--doc-stride", type=int, default=d.doc_stride,
+                   help="overlap between the windows of a long context, in tokens (must stay below the context part "
+                        "of a window)")
+    p.add_argument("--max-answer-length", type=int, default=d.max_answer_length,
+                   help="longest answer in tokens; raise it when gold answers are long")
+    p.add_argument("--seeds", type=int, default=len(d.seeds),
+                   help="models trained with seeds seed..seed+N-1; the median (dev best F1) is kept: more seeds give "
+                        "a steadier model at that many times the training time")
+    p.add_argument("--seed", type=int, default=d.seeds[0],
+                   help="first seed (also draws the --max-*-examples subsets)")
+    p.add_argument("--epochs", type=float, default=d.epochs, help="passes over the training windows (a fraction "
+                                                                  "is allowed)")
+    p.add_argument("--lr", type=float, default=d.lr,
+                   help="peak learning rate (default by encoder width: 1e-3 tiny (hidden ≤128), 3e-4 small (≤256), "
+                        "1e-4 base); choose on dev (docs/qa.md)")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="windows per step")
+    p.add_argument("--warmup-ratio", type=float, default=d.warmup_ratio,
+                   help="share of the steps with a linear warmup to the peak LR")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay,
+                   help="AdamW weight decay (not on biases and LayerNorm)")
+    p.add_argument("--layer-decay", type=float, default=d.layer_decay,
+                   help="layer-wise LR decay: each layer below the top trains at this times the LR of the one above "
+                        "(official ELECTRA uses 0.8)")
+    p.add_argument("--n-best", type=int, default=d.n_best,
+                   help="start/end candidates per window searched for the best span")
     p.add_argument("--max-train-examples", type=int, default=None,
                    help="random subset of the training questions (seeded); recorded in the report")
     p.add_argument("--max-dev-examples", type=int, default=None, help="random subset of the dev questions")
-    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps per seed")
-    p.add_argument("--answerable-head", action=argparse.BooleanOptionalAction, default=None,
+    p.add_argument("--max-steps", type=int, default=d.max_steps,
+                   help="stop after this many steps per seed (quick checks)")
+    p.add_argument("--answerable-head", action=argparse.BooleanOptionalAction, default=d.answerable_head,
                    help="train ELECTRA's answerable classifier on [CLS] beside the span head (its loss added to the "
                         "span loss); the null rule (plain [CLS] score, head, or both) is chosen on dev and stored in "
                         "task.json; `denki export` and the runtime carry it. Default: on for a bundle denki "
-                        "pretrained with ELECTRA, off otherwise (MLM, random init, imports: unmeasured or no gain). "
-                        "Measured on JaQuAD: a QA-fragile encoder's median of 3 seeds 38.7 → 47.3 F1, the T = 1 "
-                        "encoder 48.0 → 49.3. Its int8 exports agreed on 91 %% (one model, refused by the parity gate) and "
-                        "99 %% (another) of the parity answers; fp32 / O2 match (experiments/anshead)")
-    p.add_argument("--position-init", choices=POSITION_INITS, default="keep",
-                   help="the position embeddings pretraining never trained (rows from its --seq-len, 128 by "
-                        "default, on; a 384-token window uses them): keep their random init (default), or tile "
-                        "the trained rows over them, as Longformer did (measured: +1.6 and +0.4 F1 on JaQuAD at "
-                        "one QA seed, within seed noise; experiments/posinit)")
+                        "pretrained with ELECTRA (it helped there), as the source had it for a qa bundle, off "
+                        "otherwise (MLM, random init, imports). An int8 export of a model with the head can fail the "
+                        "parity gate: export fp32 then (docs/qa.md)")
+    p.add_argument("--position-init", choices=POSITION_INITS, default=d.position_init,
+                   help="the position embeddings pretraining never trained (the rows past its --seq-len, which "
+                        "a window longer than that uses): keep their random init (default), or tile the trained "
+                        "rows over them, as Longformer did (no clear gain measured; docs/qa.md)")
     add_qa_run_options(p)
     p.set_defaults(func=cmd_finetune_qa)
 
 
-def cmd_finetune_qa(args) -> int:
-    from denki.models.qa.finetune import finetune_qa
+def qa_config(args):
+    """The :class:`QAFinetuneConfig` of ``denki finetune qa`` from its parsed options."""
+    from denki.models.qa.config import QAFinetuneConfig
 
-    rep = finetune_qa(model=args.model, init_random=args.init_random, tokenizer_dir=args.tokenizer,
-                      train=args.train, dev=args.dev, out=args.out, max_length=args.max_length,
-                      doc_stride=args.doc_stride, max_answer_length=args.max_answer_length, seeds=args.seeds,
-                      seed=args.seed, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
-                      warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, layer_decay=args.layer_decay,
-                      n_best=args.n_best, max_train_examples=args.max_train_examples,
-                      max_dev_examples=args.max_dev_examples, max_steps=args.max_steps, strict=args.strict,
-                      answerable_head=args.answerable_head, device=args.device, threads=args.threads,
-                      progress=not args.no_progress, position_init=args.position_init)
+    return QAFinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, max_length=args.max_length,
+                            layer_decay=args.layer_decay, weight_decay=args.weight_decay,
+                            warmup_ratio=args.warmup_ratio, seeds=list(range(args.seed, args.seed + args.seeds)),
+                            device=args.device, progress=not args.no_progress, doc_stride=args.doc_stride,
+                            max_answer_length=args.max_answer_length, n_best=args.n_best, max_steps=args.max_steps,
+                            answerable_head=args.answerable_head, position_init=args.position_init,
+                            threads=args.threads)
+
+
+def cmd_finetune_qa(args) -> int:
+    from denki.models.qa.finetune import finetune
+
+    rep = finetune(train_path=args.train, dev_path=args.dev, out_dir=args.out, model=args.model,
+                   init_random=args.init_random, tokenizer_dir=args.tokenizer, cfg=qa_config(args),
+                   strict=args.strict, max_train_examples=args.max_train_examples,
+                   max_dev_examples=args.max_dev_examples)
     m = rep["dev_metrics"]
     print(f"dev (threshold {rep['null_threshold']:.4f}, tuned on dev): EM {m['exact']:.2f}  F1 {m['f1']:.2f}  "
           f"HasAns F1 {m.get('HasAns_f1', float('nan')):.2f}  NoAns acc {m.get('NoAns_exact', float('nan')):.2f}")

@@ -21,13 +21,16 @@ def register(sub) -> None:
                    help="checkpoint directory, or a hub id (e.g. tohoku-nlp/bert-base-japanese-v3) in the local cache")
     p.add_argument("--out", required=True, metavar="BUNDLE", help="output bundle directory")
     p.add_argument("--generator", metavar="DIR_OR_HUB_ID", default=None,
-                   help="ELECTRA generator checkpoint (ElectraForMaskedLM, same vocabulary) kept for continued RTD")
+                   help="ELECTRA generator checkpoint (ElectraForMaskedLM, same vocabulary) kept for continued RTD; "
+                        "give it when you will continue pretraining with `--objective electra`")
     p.add_argument("--parity-texts", metavar="FILE", default=None,
-                   help="more texts (one per line, .txt/.gz) on which denki's ids must equal transformers'")
+                   help="more texts (one per line, .txt/.gz) on which denki's ids must equal transformers'; give a "
+                        "sample of your own corpus to check the tokenizer on your domain's words")
     p.add_argument("--cache-dir", metavar="DIR", default=None,
                    help="Hugging Face hub cache to look hub ids up in (None: HF_HUB_CACHE, else "
                         "~/.cache/huggingface/hub)")
-    p.add_argument("--revision", default=None, help="cached revision (branch, tag or commit) of a hub id")
+    p.add_argument("--revision", default=None, help="cached revision (branch, tag or commit) of a hub id; None: "
+                   "the cache's main")
     p.set_defaults(func=cmd_import)
 
 

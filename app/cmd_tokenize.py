@@ -13,10 +13,11 @@ def register(sub) -> None:
                     "golden vectors for non-Python backends.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     t.add_argument("--tokenizer", required=True, metavar="DIR", help="tokenizer or model bundle directory")
-    t.add_argument("--input", required=True, metavar="FILE")
-    t.add_argument("--output", required=True, metavar="FILE.jsonl")
+    t.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text file (.gz ok), one text per line")
+    t.add_argument("--output", required=True, metavar="FILE.jsonl", help="where the JSON lines go")
     t.add_argument("--max-length", type=int, default=None,
-                   help="truncate to this many tokens (default: no truncation)")
+                   help="truncate to this many tokens, [CLS]/[SEP] included (None: no truncation); set the "
+                        "model's max_length to see exactly what it sees")
     t.set_defaults(func=cmd_tokenize)
 
 

@@ -19,11 +19,16 @@ def register(sub) -> None:
                     "--mecab-dic and --lower-case settings, written to its tokenizer_config.json).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--corpus", nargs="+", required=True, metavar="SOURCE", help=CORPUS_HELP)
-    p.add_argument("--vocab-size", type=int, default=8000, help="vocabulary size, special tokens included")
+    p.add_argument("--vocab-size", type=int, default=8000, help="vocabulary size, special tokens included. Larger: fewer "
+                   "tokens per text and fewer [UNK] on a big, varied corpus, but a bigger embedding table; smaller "
+                   "for a small corpus or a tiny model")
     p.add_argument("--limit-alphabet", type=int, default=2500,
-                   help="max distinct characters kept as single tokens (rarer ones become [UNK])")
-    p.add_argument("--min-frequency", type=int, default=2, help="min count for a merged piece")
-    p.add_argument("--model-max-length", type=int, default=512, help="max sequence length recorded in the config")
+                   help="max distinct characters kept as single tokens (rarer ones become [UNK]). Raise it when "
+                        "`denki tokenize` shows too many [UNK] on rare kanji; it must leave room in --vocab-size")
+    p.add_argument("--min-frequency", type=int, default=2, help="min count for a merged piece; raise it on a noisy "
+                   "corpus so that typos do not become tokens")
+    p.add_argument("--model-max-length", type=int, default=512, help="max sequence length recorded in the "
+                   "tokenizer config (transformers' model_max_length); match the model's position limit")
     p.add_argument("--mecab-dic", choices=("unidic_lite", "ipadic", "unidic"), default="unidic_lite",
                    help="MeCab dictionary (ipadic: as bert-base-japanese-whole-word-masking and izumi-lab's ELECTRA; "
                         "unidic needs `pip install unidic && python -m unidic download`)")

@@ -19,6 +19,7 @@ import numpy as np
 
 from denki.models.bundle.onnx import INT8_VARIANTS, MODEL_FILES
 from denki.models.io.errors import DenkiError
+from denki.models.registry.tasks import task_for
 from denki.serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS, Predictor, _cuda_usable
 
 HUMAN_JA = "担当者へ"
@@ -74,7 +75,7 @@ class DemoModels:
 
     def predictor(self, kind: str, label: str) -> Predictor:
         if self.dirs.get(kind) is None:
-            raise DenkiError(f"no {kind} model loaded (start the demo with --{'classifier' if kind == 'classifier' else 'qa'} DIR)")
+            raise DenkiError(f"no {kind} model loaded (start the demo with --{kind} DIR)")
         key = (kind, label)
         with self._lock:
             if key not in self._cache:
@@ -93,23 +94,7 @@ class DemoModels:
         p = self.predictor(kind, self.backends(kind)[0]).dir / "parity_sample.json"
         if not p.is_file():
             return []
-        sample = json.loads(p.read_text(encoding="utf-8"))
-        if kind == "classifier":
-            seen, out = set(), []
-            for t, lab in zip(sample["texts"], sample.get("labels") or [None] * len(sample["texts"])):
-                if lab not in seen and len(t) < 300:
-                    seen.add(lab)
-                    out.append([t])
-                if len(out) >= n:
-                    break
-            return out
-        out = []
-        for e in sample["examples"]:
-            if len(e["context"]) < 1500:
-                out.append([e["question"], e["context"]])
-            if len(out) >= n:
-                break
-        return out
+        return task_for(kind).examples(json.loads(p.read_text(encoding="utf-8")), n)
 
 
 # ------------------------------------------------------------------ handlers (plain functions)
@@ -275,16 +260,14 @@ def measure_latency(models: DemoModels, n: int = MEASURE_DEFAULT_N, *, warmup: i
         labels = models.backends(kind)
         if not labels:
             continue
-        inputs = models.examples(kind) or ([[Predictor.WARMUP_TEXT]] if kind == "classifier"
-                                           else [list(Predictor.WARMUP_QA)])
+        task = task_for(kind)
+        inputs = models.examples(kind) or [task.warmup_example()]
         for label in labels:
             if progress:
                 progress(0.0, f"{TASK_JA[kind]} · {label} を読み込み中")
             p = models.predictor(kind, label)
-            if kind == "classifier":
-                fn = (lambda p, xs: lambda i: p.classify([xs[i % len(xs)][0]]))(p, inputs)
-            else:
-                fn = (lambda p, xs: lambda i: p.answer(*xs[i % len(xs)]))(p, inputs)
+            # one request = the head's predict on one input (the router's classify, the reader's answer)
+            fn = (lambda p, xs, t: lambda i: p.predict([t.request(xs[i % len(xs)])]))(p, inputs, task)
             runs.append((kind, label, p, fn))
     if not runs:
         raise DenkiError("no model loaded: nothing to measure")

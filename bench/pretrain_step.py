@@ -11,8 +11,8 @@ hit every variant alike):
   everywhere: not a recipe, a measurement of how much of the RTD/MLM time ratio is dropout's random numbers (the
   generator has its own dropout layers, and CPU Bernoulli draws cost ≈ 6–8 ns per element).
 * ``rtd-cheapdrop`` / ``mlm-cheapdrop`` (opt-in) — the same model with every dropout's keep-mask drawn by
-  ``pretrain.fastpath.CheapMaskDropout`` (a quarter of the random numbers) instead of torch's Bernoulli draws;
-  ``…-sdpa``: attention through ``F.scaled_dot_product_attention`` (``pretrain.fastpath.use_sdpa_attention``).
+  ``pretrain.kernels.CheapMaskDropout`` (a quarter of the random numbers) instead of torch's Bernoulli draws;
+  ``…-sdpa``: attention through ``F.scaled_dot_product_attention`` (``pretrain.kernels.use_sdpa_attention``).
   Suffixes combine: ``rtd-cheapdrop-sdpa``.
 
 Each timed step = masking + forward + backward + AdamW step. Reported: seconds per step (median), tokens/s,
@@ -45,7 +45,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from denki.models.bundle.presets import electra_config, generator_config  # noqa: E402
-from denki.pretrain.fastpath import use_cheap_mask_dropout, use_sdpa_attention  # noqa: E402
+from denki.pretrain.kernels import use_cheap_mask_dropout, use_sdpa_attention  # noqa: E402
 from denki.pretrain.flops import (disc_head_forward_flops, encoder_forward_flops,  # noqa: E402
                             mlm_head_forward_flops, step_flops)
 from denki.pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens  # noqa: E402

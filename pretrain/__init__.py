@@ -1,9 +1,14 @@
-"""Corpus → tokenized cache (:mod:`.data`) → RTD/MLM pretraining (:mod:`.train`, with :mod:`.masking`,
-:mod:`.model`, :mod:`.flops`, :mod:`.diagnostics`, :mod:`.checkpoint`; fast paths that keep the recipe — cheaper
-CPU dropout masks, SDPA attention — in :mod:`.fastpath`; speed and MFU in :mod:`.speed`; the run log read back in
-:mod:`.runlog`)
-→ discriminator bundle (:mod:`.export`); continued pretraining from a ``pretrained`` bundle (:mod:`.init_from`,
-``denki pretrain --init-from``); and the ELECTRA-vs-MLM experiment on top (:mod:`.experiment`).
+"""Corpus → tokenized cache (:mod:`.data`) → RTD/MLM pretraining → discriminator bundle, and the ELECTRA-vs-MLM
+experiment on top (:mod:`.experiment`).
+
+A run (:func:`.train.run_pretrain`, which reads as the list of its steps): its settings and every default
+(:mod:`.settings`) → its start, data, model, optimizer and resume (:mod:`.run_setup`; the model in :mod:`.model`,
+masking in :mod:`.masking`, FLOPs in :mod:`.flops`, continued pretraining from a ``pretrained`` bundle in
+:mod:`.init_from`, ``denki pretrain --init-from``) → the step loop (:mod:`.loop`, with the health probe of
+:mod:`.diagnostics`, speed and MFU of :mod:`.speed`, resumable training states in :mod:`.train_state`, faster
+kernels that keep the recipe — cheaper CPU dropout masks, SDPA attention — in :mod:`.kernels`) → ``summary.json``,
+``curves.png`` and the bundle (:mod:`.summary`, :mod:`.export`). The run directory's records: :mod:`.run_dir`; the
+run log read back: :mod:`.runlog`; ranks and process groups: :mod:`.distributed`.
 
 May import: ``models/`` (never ``serve/`` or ``app/``).
 """

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,8 @@ CACHE_FORMAT = 1
 
 
 def default_cache_dir() -> Path:
+    """Where token caches go without ``--cache-dir``: ``$DENKI_CACHE/corpus``, by default
+    ``~/.cache/denki/corpus`` (set DENKI_CACHE to move every denki cache, e.g. to a larger disk)."""
     return Path(os.environ.get("DENKI_CACHE", Path.home() / ".cache" / "denki")) / "corpus"
 
 
@@ -87,6 +90,9 @@ def build_token_cache(corpus: list[str | os.PathLike], tokenizer, cache_dir: str
     if (final / "meta.json").is_file():
         return TokenCache(final)
 
+    # said once, when the cache is written: later runs of the same corpus and tokenizer reuse it silently
+    print(f"pretrain: tokenizing the corpus into the token cache {final} (reused by later runs; --cache-dir or "
+          "$DENKI_CACHE moves it)", file=sys.stderr, flush=True)
     tmp = cache_root / f"{key}.{os.getpid()}.partial"
     if tmp.exists():
         shutil.rmtree(tmp)

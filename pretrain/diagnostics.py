@@ -1,6 +1,6 @@
 """Health checks of a pretraining run: is the discriminator learning, and are its representations input-dependent?
 
-Two failure modes were seen in this kit at CPU budgets (experiments/rtd-vs-mlm-1e13, experiments/collapse-prior-bias):
+Two failure modes were seen in this kit at CPU budgets (docs/pretrain.md):
 
 * the discriminator answers "original" everywhere (precision/recall 0 at the 0.5 threshold) — thresholded P/R
   cannot tell "learning slowly" from "not learning", so the probe reports the **AUC** of the discriminator's

@@ -19,7 +19,7 @@ from pathlib import Path
 from denki.models.io.errors import DenkiError
 
 
-def export_bundle(model, tokenizer_dir, out_dir, *, source: dict, metrics: dict, dropout: dict | None = None,
+def save_pretrained_bundle(model, tokenizer_dir, out_dir, *, source: dict, metrics: dict, dropout: dict | None = None,
                   generator=None) -> dict:
     """``model``: the HF model to export (``pretrainer.export_model``). ``dropout``: the config values the bundle
     carries (default: the fine-tuning preset's; a continued run passes its checkpoint's own). ``generator``: an
@@ -42,11 +42,11 @@ def export_bundle(model, tokenizer_dir, out_dir, *, source: dict, metrics: dict,
 
 
 def _resolve_checkpoint(path: Path) -> Path:
-    from .checkpoint import STATE, latest_checkpoint
+    from .train_state import STATE, latest_train_state
 
     if (path / STATE).is_file():
         return path
-    last = latest_checkpoint(path)
+    last = latest_train_state(path)
     if last is None:
         raise DenkiError(f"{path}: neither a checkpoint (no state.json) nor a run directory with checkpoints")
     return last
@@ -57,7 +57,7 @@ def load_pretrainer(checkpoint: str | os.PathLike):
     directory, or a run directory → its newest checkpoint): ``(model, checkpoint_dir, state)``."""
     from transformers import ElectraConfig
 
-    from .checkpoint import load_checkpoint, read_state
+    from .train_state import load_train_state, read_state
     from .model import build_pretrainer
 
     ckpt = _resolve_checkpoint(Path(checkpoint))
@@ -77,7 +77,7 @@ def load_pretrainer(checkpoint: str | os.PathLike):
         model.enable_cls_contrast(cls_contrast)
     if hasattr(model, "gen_temperature"):  # --gen-temperature: a training setting, kept in the run's identity
         model.gen_temperature = float(state.get("identity", {}).get("gen_temperature") or 1.0)
-    load_checkpoint(ckpt, model, restore_rng_states=False)
+    load_train_state(ckpt, model, restore_rng_states=False)
     return model, ckpt, state
 
 
@@ -120,5 +120,5 @@ def export_from_checkpoint(checkpoint: str | os.PathLike, out_dir: str | os.Path
     if generator and not rtd:
         raise DenkiError(f"{ckpt}: an MLM run has no generator to export")
     gen = model.generator if rtd and (generator or (generator is None and init)) else None
-    return export_bundle(model.export_model, tok_dir, out_dir, source=source, metrics=bundle_metrics(summary),
+    return save_pretrained_bundle(model.export_model, tok_dir, out_dir, source=source, metrics=bundle_metrics(summary),
                          dropout=mc.get("export_dropout"), generator=gen)

@@ -25,7 +25,7 @@ loss is averaged over the masked positions only, so it learns from 15% of the to
 Objective ``electra-mlm`` (a hybrid, not in the paper): ELECTRA as above, plus a *corrective* MLM loss on the
 discriminator — at the masked positions it also predicts the original token from the corrupted input (a tied LM
 head on the discriminator's embeddings, ``disc_mlm_head``, dropped at export). Why: at CPU budgets (≤ 2e14 FLOPs)
-every pure-RTD recipe measured fine-tuned below random init while MLM paid off (experiments/hybrid1e14), so the
+every pure-RTD recipe measured fine-tuned below random init while MLM paid off (docs/pretrain.md), so the
 discriminator gets MLM's per-token signal as well as RTD's on every token. Close in spirit to TEAMS (Shen et al.
 2021), whose discriminator also picks the original token at the masked positions (among a few candidates there;
 over the whole vocabulary here). total = gen_mlm + λ·disc + disc_mlm.
@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .masking import candidate_mask
+from .settings import OBJECTIVES, RTD_OBJECTIVES  # noqa: F401  (the objectives' names live in settings.py)
 
 
 def at_positions(x: torch.Tensor, positions: torch.Tensor, index: torch.Tensor | None = None) -> torch.Tensor:
@@ -131,7 +132,7 @@ class RTDPretrainer(nn.Module):
         With the default zero bias every token starts at p(replaced) = 0.5 while ~14% are replaced, so the first
         updates are one large, input-independent push towards "original" through every layer (×λ = 50). At
         CPU budgets that push wins: the tiny discriminator's outputs collapse to one vector for every input and it
-        never learns (measured: experiments/collapse-prior-bias). Starting at the prior removes the
+        never learns (measured: docs/pretrain.md). Starting at the prior removes the
         push — the standard bias initialisation for a rare positive class (Lin et al. 2017, focal loss).
         """
         import math
@@ -145,7 +146,7 @@ class RTDPretrainer(nn.Module):
         of the discriminator loss. Why: their label is always "original", a trivial target that the official code
         still scores; it pulls the top-layer [CLS] state to one input-independent point — the state the
         classification head reads. Measured at 1e14 FLOPs: [CLS] spread 0.13 (ELECTRA) / 0.18 (electra-mlm) vs
-        0.68 for MLM, which never scores [CLS] (experiments/hybrid1e14)."""
+        0.68 for MLM, which never scores [CLS] (docs/pretrain.md)."""
         self.unscored_ids = tuple(int(i) for i in ids)
 
     def enable_cls_contrast(self, weight: float, dim: int = 128, temperature: float = 0.1) -> None:
@@ -290,11 +291,6 @@ class MLMPretrainer(nn.Module):
             stats = {"n_masked": positions.sum(), "gen_correct": (logits.argmax(-1) == targets).sum(),
                      "n_nonpad": attention_mask.sum()}
         return {"loss": loss, "mlm_loss": loss.detach(), **stats}
-
-
-#: objectives with a generator + discriminator (replaced-token detection)
-RTD_OBJECTIVES = ("electra", "electra15", "electra-mlm")
-OBJECTIVES = (*RTD_OBJECTIVES, "mlm")
 
 
 def rtd_options(objective: str) -> dict:

@@ -39,6 +39,7 @@ from denki.models.bundle.format import read_task
 from denki.models.bundle.onnx import CPU_VARIANTS, MODEL_FILES, cpuinfo_text, open_session, passed_gate
 from denki.models.io.errors import DenkiError
 from denki.models.io.fileio import atomic_write_json
+from denki.models.registry.tasks import task_for
 
 RECORD = "fastpath.json"
 FORMAT = 1
@@ -155,16 +156,10 @@ def _workload(bundle_dir: Path, tokenizer, kind: str, batch_size: int) -> dict[s
     p = bundle_dir / "parity_sample.json"
     if not p.is_file():
         raise DenkiError(f"{bundle_dir}: no parity_sample.json to time the variants on")
-    sample = json.loads(p.read_text(encoding="utf-8"))
-    task = read_task(bundle_dir)
-    if kind == "onnx-classifier":
-        max_length = int(task.get("max_length") or 128)
-        encs = [tokenizer.encode(t, max_length=max_length) for t in sample["texts"][:256]]
-    else:
-        encs = [w for e in sample["examples"][:64]
-                for w in tokenizer.encode_windows(e["question"], e["context"],
-                                                  max_length=int(task.get("max_length", 384)),
-                                                  stride=int(task.get("doc_stride", 128)))]
+    task_json = read_task(bundle_dir)
+    task = task_for(kind)
+    # the runtime's own encoding of the parity sample: 256 texts (a router), or the windows of 64 questions (QA)
+    encs = task.sample_encodings(tokenizer, task.parity_data(bundle_dir, None, task_json, 256), task_json, 256)
     if not encs:
         raise DenkiError(f"{p}: no examples to time the variants on")
     singles = [tokenizer.pad([e]) for e in encs[:32]]

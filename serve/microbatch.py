@@ -30,7 +30,7 @@ work into waiting (the first load test: p50 2.1 s, p99 12.5 s, 1.3 % shed), so t
   built with one :class:`SharedBacklog` estimate the wait from the work queued for *all* of them: otherwise a
   costly model (QA, ~25 ms a call) keeps being admitted while its own queue is short and takes the CPU from a
   cheap one (the router), which is then refused ever more — at 2x capacity 93 % of QA requests were admitted
-  and 34 % of router requests, and goodput fell to 0.77x (experiments/serve-load). With a shared backlog a
+  and 34 % of router requests, and goodput fell to 0.77x (docs/serving.md). With a shared backlog a
   request's chance of admission does not depend on its model.
 - *Memory backstop* (``max_queue``): at most that many items wait, whatever the estimate says.
 
@@ -59,16 +59,15 @@ EWMA_ALPHA = 0.1
 SHED_REASONS = ("estimate", "deadline", "queue_full")
 
 #: the request deadline by default (``denki serve --max-queue-ms``): a request whose model call has not started
-#: within it is answered 503. It bounds p99 of admitted requests by about 250 ms + one model call; the value is
-#: to be confirmed by experiments/serve-load/run.sh (goal there: that p99 at 2x capacity)
+#: within it is answered 503. It bounds p99 of admitted requests by about 250 ms + one model call (measured to
+#: hold under overload: docs/serving.md, "Admission control")
 DEFAULT_MAX_QUEUE_MS = 250.0
 
-#: ``batching="auto"``, stated once (``denki serve --help``, /v1/models, docs/serving.md): where it was measured
+#: ``batching="auto"``, stated once for ``denki serve --help`` (the measurements: docs/serving.md, "Micro-batching")
 BATCHING_RULE = ("auto = on, with the batching wait chosen per device (--max-wait-ms): none on CPU, where a batch "
-                 "is whatever queued while the previous call ran (a worker per core, one onnxruntime thread each: "
-                 "1.17x the throughput of off at 32 connections, 1.05x at 4, p50 5.6 vs 5.8 ms; waiting 2 ms for "
-                 "company cost 0.71x at 4; experiments/serve-load), 2 ms on CUDA, where one call has a large fixed "
-                 "cost that a fuller batch shares (not yet measured here)")
+                 "is whatever queued while the previous call ran (measured to pay at light and heavy load alike, "
+                 "while waiting for company cost throughput at light load; docs/serving.md), 2 ms on CUDA, where "
+                 "one call has a large fixed cost that a fuller batch shares (not yet measured)")
 
 #: the batching wait by device when ``--max-wait-ms`` is not given (the rule above)
 DEFAULT_WAIT_MS = {"cpu": 0.0, "cuda": 2.0}
@@ -110,7 +109,7 @@ def resolve_batching(mode, device: str = "cpu", threads: int | None = None) -> t
         return True, "on (auto: CUDA, 2 ms batching wait; a GPU call has a large fixed cost that a batch shares)"
     n = int(threads) if threads else usable_cores()
     return True, (f"on (auto: CPU, {n} intra-op thread{'s' if n > 1 else ''}, no batching wait: a batch is what "
-                  f"queued while the previous call ran; 1.05-1.17x off, experiments/serve-load)")
+                  f"queued while the previous call ran; measured to pay in the serve-load study, docs/serving.md)")
 
 
 class QueueFull(Exception):

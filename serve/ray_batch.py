@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from denki.models.io.errors import DenkiError, InputError
-from denki.serve.batch import (ADDED, _finalize, _fmt, _Writer, check_text, csv_header, iter_rows, output_prefix,
-                         scored_record)
+from denki.serve.batch_files import (ADDED, Writer, check_text, csv_header, file_format, finalize, iter_rows,
+                                     output_prefix, scored_record)
 
 READ_CPUS = 0.25
 
@@ -44,7 +44,7 @@ def expand_inputs(pattern: str) -> list[Path]:
     if not files:
         raise DenkiError(f"--input {pattern!r} matches no file")
     for f in files:
-        _fmt(f)  # unknown type → InputError naming the file
+        file_format(f)  # unknown type → InputError naming the file
     names = {}
     for f in files:
         if f.name in names:
@@ -56,7 +56,7 @@ def expand_inputs(pattern: str) -> list[Path]:
 
 def _is_data_name(name: str) -> bool:
     try:
-        _fmt(Path(name))  # the local engine's notion of a readable file type
+        file_format(Path(name))  # the local engine's notion of a readable file type
     except InputError:
         return False
     return True
@@ -113,7 +113,7 @@ class _FileOutput:
     """The output and errors files of one input, written as partial files and renamed when complete."""
 
     def __init__(self, inp: Path, out_dir: Path, id_field: str):
-        self.inp, self.fmt = inp, _fmt(inp)
+        self.inp, self.fmt = inp, file_format(inp)
         self.out = out_dir / inp.name
         self.err = out_dir / (inp.name.removesuffix(".gz") + ".errors.jsonl")  # as the local engine names it
         self.part_out = out_dir / ("." + self.out.name.removesuffix(".gz") + ".partial")
@@ -127,8 +127,8 @@ class _FileOutput:
             self.add_id = id_field not in in_header
             header = in_header + ([id_field] if self.add_id else []) + [self.prefix + k for k in ADDED]
         self.id_field = id_field
-        self.w_out = _Writer(self.part_out, self.fmt, header, None)
-        self.w_err = _Writer(self.part_err, "jsonl", None, None)
+        self.w_out = Writer(self.part_out, self.fmt, header, None)
+        self.w_err = Writer(self.part_err, "jsonl", None, None)
         self.rows_out = self.rows_err = 0
 
     def write(self, row) -> None:
@@ -149,8 +149,8 @@ class _FileOutput:
         self.w_err.sync()
         self.w_out.close()
         self.w_err.close()
-        _finalize(self.part_out, self.out)
-        _finalize(self.part_err, self.err)
+        finalize(self.part_out, self.out)
+        finalize(self.part_err, self.err)
         return {"input": str(self.inp), "output": str(self.out), "errors": str(self.err),
                 "rows_out": self.rows_out, "rows_err": self.rows_err, "rows_in": self.rows_out + self.rows_err}
 
@@ -183,7 +183,7 @@ def classify_files_ray(model_dir, input_pattern: str, output_dir, *, text_field:
             raise DenkiError(f"--output {out_dir} holds the input {f.name}: its output would replace it")
     if batch_size < 1 or cpus_per_actor < 0 or gpus_per_actor < 0 or (actors is not None and actors < 1):
         raise DenkiError("--batch-size and --actors must be ≥ 1, --cpus-per-actor/--gpus-per-actor ≥ 0")
-    bundle = checked_bundle(model_dir, "onnx-classifier")  # the actors load it; checked here before Ray starts
+    bundle = checked_bundle(model_dir, "classifier")  # the actors load it; checked here before Ray starts
     field = text_field or read_task(bundle).get("text_field", "text")
     if gpus_per_actor > 0 and device == "auto":
         device = "cuda"

@@ -27,8 +27,8 @@ def build_application(classifier: str | None, qa: str | None, settings, *, backe
 
     from denki.serve.ray_setup import checked_bundle
 
-    cls_dir = checked_bundle(classifier, "onnx-classifier") if classifier else None
-    qa_dir = checked_bundle(qa, "onnx-qa") if qa else None
+    cls_dir = checked_bundle(classifier, "classifier") if classifier else None
+    qa_dir = checked_bundle(qa, "qa") if qa else None
     if cls_dir is None and qa_dir is None:
         raise DenkiError("give --classifier DIR and/or --qa DIR (ONNX bundles from `denki export`)")
     if num_replicas < 1 or replica_cpus < 0 or replica_gpus < 0:

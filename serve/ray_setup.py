@@ -35,15 +35,16 @@ WORKER_ENV = {
 }
 
 
-def checked_bundle(path: str | os.PathLike, kind: str) -> str:
-    """Absolute path of a verified ONNX bundle of ``kind`` (files match the manifest's sha256s). Checked on the
+def checked_bundle(path: str | os.PathLike, task: str) -> str:
+    """Absolute path of a verified ONNX bundle of the task named ``task`` (files match the manifest's sha256s). Checked on the
     driver so that a wrong path or a damaged bundle fails with a clear error before Ray starts; absolute because
     replicas and actors may run in another working directory."""
     from denki.models.bundle.format import verify_bundle
+    from denki.models.registry.tasks import task_for
     from denki.serve.runtime import resolve_onnx_bundle
 
     p = Path(resolve_onnx_bundle(path)).resolve()
-    verify_bundle(p, kinds=(kind,))
+    verify_bundle(p, kinds=(task_for(task).onnx_kind,))
     return str(p)
 
 

@@ -6,6 +6,7 @@ Core tests run on what ships in ``samples/`` (or on fixtures they generate); onl
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -142,6 +143,48 @@ def wait_ready(url: str, deadline_s: float, alive, what: str = "server", poll_s:
         assert alive(), f"{what} died before it became ready"
         assert time.monotonic() < deadline, f"{what} did not become ready within {deadline_s:.0f} s"
         time.sleep(poll_s)
+
+
+@contextlib.contextmanager
+def serve_two_workers(bundle, *extra_args):
+    """``denki serve --classifier BUNDLE --workers 2 --backend fp32 --log-level warning EXTRA_ARGS…`` on a free
+    port of 127.0.0.1, yielded once it is ready and both workers have answered ``/readyz`` (each with its pid; a
+    fresh connection each time, so either worker may accept) or two minutes have passed: the caller asserts
+    ``len(server.pids) == 2``. Yields a namespace ``proc``, ``port``, ``url``, ``pids``; on leaving, the server
+    gets SIGTERM and ``server.out`` holds its output (stdout and stderr) once it has stopped."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    import types
+
+    import httpx
+
+    port = free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    proc = subprocess.Popen([sys.executable, "-m", "denki.app.cli", "serve", "--classifier", str(bundle),
+                             "--port", str(port), "--workers", "2", "--backend", "fp32", "--log-level", "warning",
+                             *extra_args],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = types.SimpleNamespace(proc=proc, port=port, url=f"http://127.0.0.1:{port}", pids=set(), out="")
+    try:
+        wait_ready(server.url, 180, lambda: proc.poll() is None, "denki serve --workers 2", 0.2)
+        t_end = time.monotonic() + 120
+        while len(server.pids) < 2 and time.monotonic() < t_end:
+            r = httpx.get(server.url + "/readyz", timeout=10)
+            if r.status_code == 200:
+                server.pids.add(r.json()["pid"])
+            else:
+                time.sleep(0.1)
+        yield server
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            server.out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            server.out, _ = proc.communicate()
 
 
 def write_split(d, rows: list[dict], n_train: int) -> Path:

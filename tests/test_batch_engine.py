@@ -106,7 +106,8 @@ def test_engine_scores_match_the_predictor(onnx_classifier, tmp_path):
 
 
 def test_output_fast_path_formats_like_scored_record():
-    from denki.serve.batch import ADDED, _Encoder, output_prefix, scored_record
+    from denki.serve.batch_files import ADDED, output_prefix, scored_record
+    from denki.serve.batch_files import Encoder as _Encoder
 
     labels, human = ["障害", "請求", 'quote"d'], "human"
     records = [{"id": 1, "text": "ログイン\nできない"}, {"text": "x", "label": "given"},

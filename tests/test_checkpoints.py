@@ -1,4 +1,4 @@
-"""Shipped general checkpoints (models/bundle/checkpoints.py, `denki checkpoints`): listing, --json, --verify, and
+"""Shipped general checkpoints (models/registry/checkpoints.py, `denki checkpoints`): listing, --json, --verify, and
 names accepted wherever a bundle path is. A stand-in checkpoint is built from a tiny pretraining run in a temporary
 folder given as $DENKI_CHECKPOINTS; the repository's own checkpoints are verified too."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from denki.models.bundle.checkpoints import (list_checkpoints, read_card, resolve_model_arg, verify_checkpoint,
+from denki.models.registry.checkpoints import (list_checkpoints, read_card, resolve_model_arg, verify_checkpoint,
                                        write_sums)
 from denki.models.io.errors import DenkiError
 
@@ -111,7 +111,7 @@ def test_shipped_checkpoints_verify_and_load_in_plain_transformers(monkeypatch):
     """Every checkpoint in the repository's checkpoints/ matches its SHA256SUMS and loads with transformers."""
     from transformers import AutoModel
 
-    from denki.models.bundle.checkpoints import SHIPPED_DIR
+    from denki.models.registry.checkpoints import SHIPPED_DIR
 
     monkeypatch.delenv("DENKI_CHECKPOINTS", raising=False)
     cards = list_checkpoints()

@@ -188,7 +188,7 @@ def test_demo_answers_from_the_shipped_qa_checkpoint(onnx_classifier, tmp_path_f
 
     from playwright.sync_api import expect, sync_playwright
 
-    from denki.models.bundle.checkpoints import list_checkpoints
+    from denki.models.registry.checkpoints import list_checkpoints
     from denki.models.export.onnx import export_bundle
 
     _need_browser()

@@ -1,4 +1,4 @@
-"""pretrain.fastpath: the cheaper CPU dropout draws the same Bernoulli keep-mask as torch's dropout (each 16-bit lane
+"""pretrain.kernels: the cheaper CPU dropout draws the same Bernoulli keep-mask as torch's dropout (each 16-bit lane
 at the keep rate, lanes independent), scales like it, and leaves eval, p = 0 and state dicts alone
 (experiments/cpu-dropout, rule 2)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from denki.pretrain.fastpath import CheapMaskDropout, cheap_keep_mask, keep_threshold, use_cheap_mask_dropout
+from denki.pretrain.kernels import CheapMaskDropout, cheap_keep_mask, keep_threshold, use_cheap_mask_dropout
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5])
@@ -78,7 +78,7 @@ def test_sdpa_attention_matches_eager_with_padding_in_values_and_gradients():
     import copy
 
     from denki.models.bundle.presets import electra_config
-    from denki.pretrain.fastpath import resolve_attention, use_sdpa_attention
+    from denki.pretrain.kernels import resolve_attention, use_sdpa_attention
     from transformers import ElectraModel
 
     torch.manual_seed(3)

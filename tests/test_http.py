@@ -9,7 +9,6 @@ with schemathesis: no input may cause a 5xx.
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -26,7 +25,7 @@ from denki.serve.http import Metrics, ServerSettings, create_app  # noqa: E402
 from denki.serve.microbatch import MicroBatcher, QueueFull, SharedBacklog, resolve_batching  # noqa: E402
 from denki.serve.runtime import Predictor  # noqa: E402
 
-from .conftest import free_port, wait_ready  # noqa: E402
+from .conftest import free_port, serve_two_workers, wait_ready  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -573,7 +572,7 @@ def test_workers_refuse_a_taken_port_clearly():
     --workers 2` with one clear error before any worker starts; port 0 keeps uvicorn's shared socket."""
     import socket
 
-    from denki.app.cmd_serve import _run_workers, reuse_port_available
+    from denki.serve.workers import _run_workers, reuse_port_available
 
     assert not reuse_port_available("127.0.0.1", 0)
     if not reuse_port_available("127.0.0.1", 8080):
@@ -584,7 +583,7 @@ def test_workers_refuse_a_taken_port_clearly():
     port = holder.getsockname()[1]
     try:
         with pytest.raises(DenkiError, match=f"cannot bind 127.0.0.1:{port}"):
-            _run_workers("denki.app.cmd_serve:worker_app", 2, dict(host="127.0.0.1", port=port, log_level="critical"))
+            _run_workers("denki.serve.workers:worker_app", 2, dict(host="127.0.0.1", port=port, log_level="critical"))
     finally:
         holder.close()
 
@@ -594,22 +593,8 @@ def test_workers_share_one_port_and_sum_their_metrics(onnx_classifier):
     worker answers) counts every request of both (prometheus_client multiprocess mode); SIGTERM stops all."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    proc = subprocess.Popen([sys.executable, "-m", "denki.app.cli", "serve", "--classifier", str(onnx_classifier),
-                             "--port", str(port), "--workers", "2", "--backend", "fp32", "--log-level", "warning"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, 180, lambda: proc.poll() is None, "denki serve --workers 2", 0.2)
-        pids, t_end = set(), time.monotonic() + 120
-        while len(pids) < 2 and time.monotonic() < t_end:  # a fresh connection each time: either worker accepts
-            r = httpx.get(url + "/readyz", timeout=10)
-            if r.status_code == 200:
-                pids.add(r.json()["pid"])
-            else:
-                time.sleep(0.1)
+    with serve_two_workers(onnx_classifier) as server:
+        port, url, pids = server.port, server.url, server.pids
         assert len(pids) == 2, f"only worker(s) {pids} answered"
         if sys.platform.startswith("linux"):  # a socket per worker (SO_REUSEPORT): the kernel spreads connections
             assert _listening_sockets(port) == 2
@@ -629,13 +614,7 @@ def test_workers_share_one_port_and_sum_their_metrics(onnx_classifier):
             assert any(name == "denki_queue_items" for name, _, _ in samples)
             calls = sum(v for name, lab, v in samples if name == "denki_batch_size_items_count")
             assert calls == n
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            out, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
+    proc, out = server.proc, server.out
     assert proc.returncode == 0, out[-3000:]
 
 
@@ -685,8 +664,8 @@ def test_cli_help_and_no_torch():
             "b = build_parser().parse_args(['serve', '--qa', 'X', '--workers', '3', '--batching', 'on', "
             "'--max-queue-ms', '100']); "
             "assert b.workers == 3 and b.batching == 'on' and b.max_queue_ms == 100; "
-            "from denki.app.cmd_serve import _settings; "
-            "assert _settings(a).batching == 'off' and _settings(b).batching == 'on'; "
+            "from denki.app.cmd_serve import serve_settings; "
+            "assert serve_settings(a).batching == 'off' and serve_settings(b).batching == 'on'; "
             "assert 'torch' not in sys.modules, 'serve.http imported torch'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -707,7 +686,7 @@ def test_cli_help_and_no_torch():
 
 def test_workers_and_threads_defaults():
     """--workers auto: a worker per core on CPU, one on CUDA; threads divide the cores among the workers."""
-    from denki.app.cmd_serve import resolve_threads, resolve_workers
+    from denki.serve.workers import resolve_threads, resolve_workers
 
     assert resolve_workers("auto", "cpu", 2) == 2 and resolve_workers("auto", "cuda", 8) == 1
     assert resolve_workers(3, "cpu", 2) == 3

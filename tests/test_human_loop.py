@@ -14,10 +14,6 @@ import logging
 import multiprocessing
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -31,7 +27,7 @@ from denki.serve.http import ServerSettings, create_app  # noqa: E402
 from denki.serve.humanlog import HumanLog, top_labels  # noqa: E402
 from denki.serve.runtime import Predictor  # noqa: E402
 
-from .conftest import free_port, routing_rows, wait_ready  # noqa: E402
+from .conftest import routing_rows, serve_two_workers  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TEXTS = ["ログインできません", "今夜泊まれるホテルはありますか?", "料金の請求について"]
@@ -211,34 +207,15 @@ def test_workers_all_write_the_human_log(unsure_bundle, tmp_path):
     """`denki serve --workers 2 --human-log F`: the path reaches both workers (through the worker arguments);
     every human-routed text of either worker is one whole line of F."""
     log_path = tmp_path / "human.jsonl"
-    port = free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    proc = subprocess.Popen([sys.executable, "-m", "denki.app.cli", "serve", "--classifier", str(unsure_bundle),
-                             "--port", str(port), "--workers", "2", "--backend", "fp32", "--log-level", "warning",
-                             "--human-log", str(log_path)],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, 180, lambda: proc.poll() is None, "denki serve --workers 2", 0.2)
-        pids, t_end = set(), time.monotonic() + 120
-        while len(pids) < 2 and time.monotonic() < t_end:  # a fresh connection each time: either worker accepts
-            r = httpx.get(url + "/readyz", timeout=10)
-            if r.status_code == 200:
-                pids.add(r.json()["pid"])
+    with serve_two_workers(unsure_bundle, "--human-log", str(log_path)) as server:
+        url, pids = server.url, server.pids
         assert len(pids) == 2, f"only worker(s) {pids} answered"
         n = 10
         for i in range(n):  # fresh connections: the kernel spreads them over both workers
             r = httpx.post(url + "/v1/classify", json={"texts": [f"問い合わせ {i}", f"質問 {i}"]},
                            headers={"X-Request-ID": str(i)}, timeout=30)
             assert r.status_code == 200 and {x["route"] for x in r.json()["results"]} == {"human"}, r.text
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            out, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
+    proc, out = server.proc, server.out
     assert proc.returncode == 0, out[-3000:]
     assert f"human log on: texts routed to the human label are appended to {log_path}" in out
     lines = read_lines(log_path)

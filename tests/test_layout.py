@@ -18,16 +18,24 @@ SCANNED = PACKAGES + ("bench", "scripts", "tests")
 
 #: layer → the layers it may import (app → serve → models ← pretrain; app also drives pretrain and models)
 LAYERS = {"app": {"serve", "models", "pretrain"}, "serve": {"models"}, "pretrain": {"models"}, "models": set()}
-#: stage package of models/ → the stage packages it may import (one way: io ← text ← bundle ← tasks ← export)
+#: stage package of models/ → the stage packages it may import (one way: io ← text ← bundle ← task ← the task
+#: packages ← registry ← export). A task package declares everything of its task (head, export outputs, parity,
+#: runtime head) on the base in ``task``; the registry lists the task packages; export (like serve/ and app/) asks
+#: the registry and never names a task package.
 MODELS_STAGES = {
     "io": set(),
     "text": {"io"},
     "bundle": {"io", "text"},
     "training": {"io"},
-    "classify": {"io", "text", "bundle", "training"},
-    "qa": {"io", "text", "bundle", "training"},
-    "export": {"io", "text", "bundle", "classify", "qa"},
+    "task": {"io", "text", "bundle", "training"},
+    "classify": {"io", "text", "bundle", "training", "task"},
+    "qa": {"io", "text", "bundle", "training", "task"},
+    "registry": {"io", "text", "bundle", "training", "task", "classify", "qa"},
+    "export": {"io", "text", "bundle", "task", "registry"},
 }
+#: the issue-60 goals, kept: no product function longer than this many lines, no product module longer than that
+MAX_FUNCTION_LINES = 120
+MAX_MODULE_LINES = 600
 
 
 def _modules() -> dict[str, Path]:
@@ -243,3 +251,70 @@ def test_each_command_lives_in_a_file_named_after_it():
             wrong.append(f"app/{path.name}: no `denki {stem.replace('_', '-')}` command (and not a "
                          f"cmd_<command>_<sub>.py helper of an existing subcommand)")
     assert not wrong, "\n".join(wrong)
+
+
+def _product_files() -> list[Path]:
+    return [p for top in PACKAGES for p in sorted((REPO / top).rglob("*.py")) if "__pycache__" not in p.parts]
+
+
+def test_no_long_functions_or_modules():
+    """A long function is a list of named steps; a long module is several modules (issue 60's goals)."""
+    long_fns, long_mods = [], []
+    for path in _product_files():
+        src = path.read_text(encoding="utf-8")
+        rel = path.relative_to(REPO)
+        if src.count("\n") > MAX_MODULE_LINES:
+            long_mods.append(f"{rel}: {src.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(src, str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long_fns.append(f"{rel}:{node.lineno} {node.name}: {n} lines")
+    assert not long_fns, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long_fns)
+    assert not long_mods, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(long_mods)
+
+
+def _task_names() -> set[str]:
+    from denki.models.registry.tasks import TASKS
+
+    return {n for t in TASKS.values() for n in (t.name, t.onnx_kind, t.command)}
+
+
+def _string_comparisons(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """``(line, name)`` of each comparison (``==``, ``!=``, ``in``, ``not in``, ``match`` case) against one of
+    ``names`` as a string literal, alone or in a tuple/list/set literal."""
+    def literals(node) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value]
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return [x for e in node.elts for x in literals(e)]
+        return []
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in [node.left, *node.comparators]:
+                found += [(node.lineno, v) for v in literals(side) if v in names]
+        elif isinstance(node, ast.match_case) and isinstance(node.pattern, ast.MatchValue):
+            found += [(node.pattern.lineno, v) for v in literals(node.pattern.value) if v in names]
+    return found
+
+
+def test_string_comparison_finder():
+    tree = ast.parse("if kind == 'qa': pass\nif k in ('classifier', 'x'): pass\nif name == 'other': pass\n"
+                     "d = {'qa': 1}\n")
+    assert _string_comparisons(tree, {"qa", "classifier"}) == [(1, "qa"), (2, "classifier")]
+
+
+def test_no_task_kind_comparisons_outside_the_registry():
+    """Code asks the task (models.registry) instead of branching on a task's name or kind (issue 60)."""
+    names = _task_names()
+    assert {"classifier", "qa", "onnx-classifier", "classify"} <= names
+    wrong = []
+    for path in _product_files():
+        rel = path.relative_to(REPO)
+        if rel.parts[:2] == ("models", "registry"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        wrong += [f"{rel}:{line} compares with {v!r}" for line, v in _string_comparisons(tree, names)]
+    assert not wrong, "ask the task registry instead:\n" + "\n".join(wrong)

@@ -81,7 +81,7 @@ def report():
 
 
 def curves():
-    from denki.pretrain.train import plot_curves
+    from denki.pretrain.summary import plot_curves
 
     rows = [{"flops": f, "mlm_loss": 5.0 - i, "disc_loss": 0.6 - 0.1 * i, "gen_acc": 0.1 * i, "replace_rate": 0.1,
              "disc_precision": 0.3, "disc_recall": 0.2 + 0.05 * i, "disc_acc": 0.9, "disc_auc": 0.7}

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from denki.models.io.errors import DenkiError, InputError
-from denki.pretrain import checkpoint as ck
+from denki.pretrain import train_state as ck
 from denki.pretrain.data import PackedSequences, build_token_cache
 from denki.pretrain.flops import step_flops
 from denki.pretrain.masking import BERT_SPLIT, ELECTRA_SPLIT, mask_tokens
@@ -169,7 +169,7 @@ def test_separate_embeddings_and_pretrain_dropout_run_resume_and_export(tiny_tok
     assert s["finished"]
     run = json.loads((tmp_path / "sep" / "run.json").read_text())
     assert run["identity"]["embeddings"] == "separate" and run["identity"]["dropout"] == 0.0
-    p = load_file(str(ck.latest_checkpoint(a.out) / "model.safetensors"))
+    p = load_file(str(ck.latest_train_state(a.out) / "model.safetensors"))
     gw = p["generator.electra.embeddings.word_embeddings.weight"]
     dw = p["discriminator.electra.embeddings.word_embeddings.weight"]
     assert not torch.equal(gw, dw)
@@ -182,7 +182,7 @@ def test_separate_embeddings_and_pretrain_dropout_run_resume_and_export(tiny_tok
     assert torch.equal(w["electra.embeddings.word_embeddings.weight"], dw)  # the discriminator's own
     # the checkpoint re-exports to the same weights (the model is rebuilt with separate embeddings)
     again = tmp_path / "again"
-    export_from_checkpoint(ck.latest_checkpoint(a.out), again)
+    export_from_checkpoint(ck.latest_train_state(a.out), again)
     w2 = load_file(str(again / "model.safetensors"))
     assert w.keys() == w2.keys() and all(torch.equal(w[k], w2[k]) for k in w)
     # a different embeddings setting on the same --out is refused, naming it
@@ -202,8 +202,8 @@ def test_electra_mlm_runs_resumes_and_exports_the_discriminator_only(tiny_tokeni
     assert not run_pretrain(b, stop_after=4)["finished"]
     sb = run_pretrain(b)
     assert sa["flops"] == sb["flops"] and sa["steps"] == sb["steps"] == 6
-    pa = load_file(str(ck.latest_checkpoint(a.out) / "model.safetensors"))
-    pb = load_file(str(ck.latest_checkpoint(b.out) / "model.safetensors"))
+    pa = load_file(str(ck.latest_train_state(a.out) / "model.safetensors"))
+    pb = load_file(str(ck.latest_train_state(b.out) / "model.safetensors"))
     assert any(k.startswith("disc_mlm_head.") for k in pa) and "disc_mlm_bias" in pa
     assert pa.keys() == pb.keys() and all(torch.equal(pa[k], pb[k]) for k in pa)
     rows = read_metrics(a.out)
@@ -220,7 +220,7 @@ def test_electra_mlm_runs_resumes_and_exports_the_discriminator_only(tiny_tokeni
     assert torch.equal(w["electra.embeddings.word_embeddings.weight"],
                        pa["discriminator.electra.embeddings.word_embeddings.weight"])
     again = tmp_path / "again"
-    export_from_checkpoint(ck.latest_checkpoint(a.out), again)
+    export_from_checkpoint(ck.latest_train_state(a.out), again)
     w2 = load_file(str(again / "model.safetensors"))
     assert w.keys() == w2.keys() and all(torch.equal(w[k], w2[k]) for k in w)
 
@@ -557,11 +557,11 @@ def test_resume_after_kill_gives_identical_parameters_and_export_loads(tiny_toke
     b = _cfg(tiny_tokenizer_dir, tmp_path / "b", cache_dir, export=True)
     sa = run_pretrain(a)
     killed = run_pretrain(b, stop_after=4)  # "killed" after step 4; newest checkpoint is step 3
-    assert not killed["finished"] and ck.latest_checkpoint(b.out).name == "step-00000003"
+    assert not killed["finished"] and ck.latest_train_state(b.out).name == "step-00000003"
     sb = run_pretrain(b)
     assert sa["steps"] == sb["steps"] == 6 and sa["tokens"] == sb["tokens"] and sa["flops"] == sb["flops"]
-    pa = load_file(str(ck.latest_checkpoint(a.out) / "model.safetensors"))
-    pb = load_file(str(ck.latest_checkpoint(b.out) / "model.safetensors"))
+    pa = load_file(str(ck.latest_train_state(a.out) / "model.safetensors"))
+    pb = load_file(str(ck.latest_train_state(b.out) / "model.safetensors"))
     assert pa.keys() == pb.keys()
     for k in pa:
         assert torch.equal(pa[k], pb[k]), k
@@ -575,7 +575,7 @@ def test_resume_after_kill_gives_identical_parameters_and_export_loads(tiny_toke
     assert (tmp_path / "a" / "curves.png").stat().st_size > 1000
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert summary["finished"] and summary["steps"] == 6
-    assert len(ck.list_checkpoints(a.out)) <= a.keep
+    assert len(ck.list_train_states(a.out)) <= a.keep
 
     bundle = tmp_path / "a" / "bundle"
     man = verify_bundle(bundle, kinds=("pretrained",))
@@ -621,11 +621,11 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_tokenizer_dir, cache
     cfg = _cfg(tiny_tokenizer_dir, tmp_path / "nan", cache_dir, save_every=2)
     with pytest.raises(DenkiError, match=r"NaN.*step-00000002"):
         run_pretrain(cfg)
-    assert [p.name for p in ck.list_checkpoints(cfg.out)] == ["step-00000002"]
+    assert [p.name for p in ck.list_train_states(cfg.out)] == ["step-00000002"]
 
 
 def test_default_objective_per_size():
-    from denki.pretrain.train import default_objective
+    from denki.pretrain.settings import default_objective
 
     assert default_objective("tiny") == "electra"  # it ties MLM on routing and wins QA at 2e14 (experiments/anshead)
     assert default_objective("small") == "electra" and default_objective("base") == "electra"
@@ -634,7 +634,7 @@ def test_default_objective_per_size():
 
 def test_default_mask_prob_per_objective():
     """MLM from scratch at tiny masks 40 % (measured, experiments/qsm40); everything else the paper's 15 %."""
-    from denki.pretrain.train import default_mask_prob
+    from denki.pretrain.settings import default_mask_prob
 
     assert default_mask_prob("tiny", "mlm") == 0.4
     assert default_mask_prob("tiny", "electra") == default_mask_prob("tiny", "electra15") == 0.15
@@ -646,15 +646,16 @@ def test_tiny_electra_defaults_depend_on_the_planned_run_length():
     """lr 1e-3 + --cls-contrast 1 + --gen-temperature 2 for a long tiny ELECTRA, lr 3e-4, no contrast and T = 1 for
     a short one (measured, experiments/cc1e14, experiments/anshead); everything else keeps its per-size lr, no
     contrast and T = 1."""
-    from denki.pretrain.train import TINY_RTD_LONG_STEPS, default_cls_contrast, default_gen_temperature, default_lr
+    from denki.pretrain.settings import (TINY_RTD_LONG_STEPS, default_cls_contrast, default_gen_temperature,
+                                         default_pretrain_lr)
 
     long, short = TINY_RTD_LONG_STEPS, TINY_RTD_LONG_STEPS - 1
-    assert default_lr("tiny", "electra", long) == 1e-3 and default_cls_contrast("tiny", "electra", long) == 1.0
-    assert default_lr("tiny", "electra", short) == 3e-4 and default_cls_contrast("tiny", "electra", short) == 0.0
-    assert default_lr("tiny", "electra", None) == 3e-4  # --init-from: no plan, the old default
-    assert default_lr("tiny", "electra15", long) == 3e-4 and default_cls_contrast("tiny", "electra15", long) == 0.0
-    assert default_lr("tiny", "mlm", long) == 1e-3 and default_cls_contrast("tiny", "mlm", long) == 0.0
-    assert default_lr("small", "electra", long) == 5e-4 and default_cls_contrast("small", "electra", long) == 0.0
+    assert default_pretrain_lr("tiny", "electra", long) == 1e-3 and default_cls_contrast("tiny", "electra", long) == 1.0
+    assert default_pretrain_lr("tiny", "electra", short) == 3e-4 and default_cls_contrast("tiny", "electra", short) == 0.0
+    assert default_pretrain_lr("tiny", "electra", None) == 3e-4  # --init-from: no plan, the old default
+    assert default_pretrain_lr("tiny", "electra15", long) == 3e-4 and default_cls_contrast("tiny", "electra15", long) == 0.0
+    assert default_pretrain_lr("tiny", "mlm", long) == 1e-3 and default_cls_contrast("tiny", "mlm", long) == 0.0
+    assert default_pretrain_lr("small", "electra", long) == 5e-4 and default_cls_contrast("small", "electra", long) == 0.0
     assert default_gen_temperature("tiny", "electra", long) == 2.0
     assert default_gen_temperature("tiny", "electra", short) == 1.0
     assert default_gen_temperature("tiny", "electra", None) == 1.0  # --init-from
@@ -664,7 +665,7 @@ def test_tiny_electra_defaults_depend_on_the_planned_run_length():
 
 def test_long_tiny_electra_run_gets_and_records_the_long_run_defaults(tiny_tokenizer_dir, cache_dir, tmp_path,
                                                                     monkeypatch, capsys):
-    import denki.pretrain.train as tr
+    import denki.pretrain.settings as tr
 
     monkeypatch.setattr(tr, "TINY_RTD_LONG_STEPS", 2)  # so that a 2-step run counts as long
     assert run_pretrain(_cfg(tiny_tokenizer_dir, tmp_path / "long", cache_dir, steps=2))["finished"]
@@ -859,8 +860,8 @@ def test_cls_contrast_is_part_of_the_run_identity_and_goes_with_rtd_only(tiny_to
 
 # ------------------------------------------------------------------------------------------------ precision
 def test_resolve_precision_and_cpu_bf16_flags(tmp_path, monkeypatch):
-    import denki.pretrain.train as train
-    from denki.pretrain.train import cpu_bf16_flags, resolve_precision
+    import denki.pretrain.settings as train
+    from denki.pretrain.settings import cpu_bf16_flags, resolve_precision
 
     assert resolve_precision("auto", "cuda") == "bf16"
     # auto on a CPU follows its flags (bf16 measured downstream on an avx512_bf16 core: experiments/bf16-pretraining)
@@ -993,7 +994,7 @@ def test_outputs_read_back_at_log_steps_only_log_what_a_per_step_read_back_does(
                                                                                tmp_path, monkeypatch):
     """On one GPU the step's outputs are summed on the device and read back at log / save steps only
     (``_sync_each_step``); forced here on CPU, the logged lines and the weights are those of the per-step path."""
-    import denki.pretrain.train as train
+    import denki.pretrain.loop as train
     from safetensors.torch import load_file as load
 
     def run(name):
@@ -1016,14 +1017,14 @@ def test_outputs_read_back_at_log_steps_only_log_what_a_per_step_read_back_does(
 def test_a_late_read_back_still_stops_on_nan_before_saving(tiny_tokenizer_dir, cache_dir, tmp_path, monkeypatch):
     """Read back only at log / save steps, a NaN at step 3 is caught at step 4, before step 4 is saved: the error
     names the steps and the last good checkpoint."""
-    import denki.pretrain.train as train
+    import denki.pretrain.loop as train
 
     _poison_loss_from_call(monkeypatch, 3)
     monkeypatch.setattr(train, "_sync_each_step", lambda device, world: False)
     cfg = _cfg(tiny_tokenizer_dir, tmp_path / "nan", cache_dir, save_every=2, log_every=4)
     with pytest.raises(DenkiError, match=r"between steps 3 and 4 \(NaN/inf\).*step-00000002"):
         run_pretrain(cfg)
-    assert [p.name for p in ck.list_checkpoints(cfg.out)] == ["step-00000002"]
+    assert [p.name for p in ck.list_train_states(cfg.out)] == ["step-00000002"]
 
 
 def test_compiled_training_matches_eager(tiny_tokenizer_dir, cache_dir, tmp_path, monkeypatch, capsys):

@@ -137,9 +137,9 @@ def test_init_random_control_trains_from_scratch_and_needs_a_tokenizer(tiny_toke
 
 
 def test_fine_tuning_lr_defaults_by_encoder_width():
-    from denki.models.training.defaults import default_layer_decay, default_lr
+    from denki.models.training.defaults import default_finetune_lr, default_layer_decay
 
-    assert [default_lr(h) for h in (128, 256, 768)] == [1e-3, 3e-4, 1e-4]  # tiny, small, base
+    assert [default_finetune_lr(h) for h in (128, 256, 768)] == [1e-3, 3e-4, 1e-4]  # tiny, small, base
     assert [default_layer_decay(h) for h in (128, 256, 768)] == [1.0, 0.8, 0.8]
 
 
@@ -148,7 +148,7 @@ def test_answerable_head_default_follows_the_pretraining_objective(qa_bundle, tm
     on JaQuAD), off for anything else; the report says which way it was chosen."""
     import shutil
 
-    from denki.models.training.defaults import default_answerable_head
+    from denki.models.qa.config import default_answerable_head
 
     root, _ = qa_bundle
     electra = tmp_path / "electra"
@@ -179,7 +179,7 @@ def test_a_qa_bundle_fine_tunes_further_and_keeps_its_head(qa_bundle, tmp_path, 
     from its weights, span head included, and keeps its answerable head (or its absence) unless told otherwise."""
     from safetensors.torch import load_file
 
-    from denki.models.training.defaults import default_answerable_head
+    from denki.models.qa.config import default_answerable_head
 
     root, plain = qa_bundle
     assert default_answerable_head(read_manifest(plain / "bundle")) is False

@@ -110,7 +110,7 @@ def test_quickstart_continues_a_shipped_checkpoint(tmp_path, capsys, monkeypatch
     import shutil
 
     from denki.app.cli import main
-    from denki.models.bundle.checkpoints import write_sums
+    from denki.models.registry.checkpoints import write_sums
 
     shelf = tmp_path / "shelf"
     run = tmp_path / "general"

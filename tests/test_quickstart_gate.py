@@ -28,6 +28,7 @@ import pytest
 from denki.app.cli import main
 from denki.models.bundle.format import read_manifest, verify_bundle
 from denki.models.io.errors import DenkiError
+from denki.models.registry.tasks import task_for
 
 from .conftest import SAMPLE_QA_DEV, read_jsonl
 
@@ -95,16 +96,16 @@ def degenerate(tmp_path_factory, tiny_tokenizer_dir):
         save_bundle(model, tiny_tokenizer_dir, out[name], "qa",
                     extra_files={"task.json": task | {"null_threshold": thr}, "parity_sample.json": sample})
     # convert once; the tests below reuse these graphs (the threshold is not in them)
-    out["onnx"] = _convert(out["margin"], root / "onnx", "question-answering")
+    out["onnx"] = _convert(out["margin"], root / "onnx", task_for("qa"))
     return out
 
 
-def _convert(src: Path, work: Path, hf_task: str) -> Path:
+def _convert(src: Path, work: Path, task) -> Path:
     """fp32 + O2 + int8 graphs by the export's own steps (no parity gate, no bundle)."""
     import denki.models.export.onnx as ex
 
     ex._quiet()
-    ex._export_fp32(src, work, hf_task)
+    ex._export_fp32(src, work, task)
     ex._optimize(work, "O2", False, work / "model.o2.onnx")
     ex._quantize_int8(work / "model.o2.onnx", work / "model.int8.onnx")
     return work
@@ -112,7 +113,7 @@ def _convert(src: Path, work: Path, hf_task: str) -> Path:
 
 @pytest.fixture(scope="module")
 def classifier_graphs(classifier_bundle, tmp_path_factory) -> Path:
-    return _convert(classifier_bundle, tmp_path_factory.mktemp("cls-onnx"), "text-classification")
+    return _convert(classifier_bundle, tmp_path_factory.mktemp("cls-onnx"), task_for("classifier"))
 
 
 @pytest.fixture
@@ -206,7 +207,7 @@ def test_best_effort_never_leaves_fp32_out(degenerate, reuse_conversions, monkey
         ok = {"ran": True, "max_abs_diff": 1e-6, "agreement": 1.0, "f1_vs_torch": 1.0, "metric_drop": 0.0}
         return {"n": 10, "fp32": ok | {"max_abs_diff": 0.5}, "o2": ok, "int8": ok | {"agreement": 0.1}}
 
-    monkeypatch.setattr(ex, "_parity_qa", parity)
+    monkeypatch.setattr(task_for("qa"), "parity", parity)
     with pytest.raises(DenkiError, match="fp32: max") as e:
         ex.export_bundle(degenerate["inside"], tmp_path / "x", optimize="O2", quantize="int8", best_effort=True,
                          progress=False)

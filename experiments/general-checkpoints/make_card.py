@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from denki.models.bundle.checkpoints import write_sums  # noqa: E402
+from denki.models.registry.checkpoints import write_sums  # noqa: E402
 from denki.models.bundle.format import read_manifest  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data"

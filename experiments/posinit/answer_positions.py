@@ -16,7 +16,7 @@ import torch
 from denki.models.bundle.pytorch import load_model
 from denki.models.qa.data import read_qa
 from denki.models.qa.features import build_features
-from denki.models.qa.finetune import predict_results
+from denki.models.qa.predict import predict_results
 from denki.models.qa.heads import qa_model_class
 from denki.models.qa.metrics import max_over_golds
 from denki.models.text.tokenizer import JapaneseTokenizer

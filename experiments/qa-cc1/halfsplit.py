@@ -12,7 +12,9 @@ from denki.models.bundle.pytorch import load_model
 from denki.models.io.fileio import atomic_write_json
 from denki.models.qa.data import read_qa
 from denki.models.qa.features import build_features
-from denki.models.qa.finetune import THRESHOLD_AT, golds_of, predict_results
+from denki.models.qa.evaluate import THRESHOLD_AT
+from denki.models.qa.report import golds_of
+from denki.models.qa.predict import predict_results
 from denki.models.qa.heads import qa_model_class
 from denki.models.qa.metrics import squad_v2_metrics
 from denki.models.qa.postprocess import apply_threshold

@@ -4,7 +4,7 @@ A bundle is a directory: model files (``config.json`` + ``model.safetensors`` fo
 ONNX), the tokenizer files, an optional ``task.json`` (decision rule shared by PyTorch and ONNX paths) and
 ``manifest.json``::
 
-    {"format": 1, "kind": "pretrained|classifier|qa|onnx-classifier|onnx-qa", "created": ISO-8601,
+    {"format": 1, "kind": "pretrained|TASK|onnx-TASK", "created": ISO-8601,
      "files": {relative_path: sha256}, "source": {...provenance...}, "metrics": {...}, "versions": {...}}
 
 :func:`verify_bundle` refuses a bundle whose files do not match the manifest. This module is torch-free.
@@ -15,6 +15,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -24,7 +25,13 @@ from denki.models.io.fileio import atomic_write_json, sha256_file
 
 MANIFEST = "manifest.json"
 TASK = "task.json"
-KINDS = ("pretrained", "classifier", "qa", "onnx-classifier", "onnx-qa")
+#: what a bundle kind looks like: ``pretrained`` or a registered task's name, ``onnx-`` before it for ONNX bundles.
+#: Which kinds exist is the task registry's business (:mod:`models.registry`); this layer only keeps typos out.
+KIND_PATTERN = re.compile(r"[a-z][a-z0-9-]*")
+#: an ONNX bundle's kind is its task's name after this prefix
+ONNX_PREFIX = "onnx-"
+#: the base encoder's bundle kind: not a task (no head), the starting point of every fine-tune
+PRETRAINED = "pretrained"
 #: the bundle format this denki writes and the newest it reads. A manifest without ``format`` is format 1 (every bundle
 #: before the number existed). Raise it when a change would make an older denki misread a bundle; a runtime that
 #: meets a newer format refuses it (:func:`read_manifest`) instead of guessing.
@@ -58,8 +65,8 @@ def _bundle_files(directory: Path) -> list[str]:
 def write_manifest(directory: str | os.PathLike, kind: str, *, source: dict | None = None,
                    metrics: dict | None = None, extra: dict | None = None) -> dict:
     """Hash every file in ``directory`` and write ``manifest.json`` (atomically) last."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown bundle kind {kind!r}")
+    if not isinstance(kind, str) or not KIND_PATTERN.fullmatch(kind):
+        raise ValueError(f"bad bundle kind {kind!r}: lowercase letters, digits and '-'")
     d = Path(directory)
     manifest = {
         "format": FORMAT,

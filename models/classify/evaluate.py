@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from denki.models.bundle.format import resolve_bundle
-from denki.models.classify.decision import decide, softmax
+from denki.models.classify.decision import HUMAN, decide, softmax
 from denki.models.classify.metrics import classification_metrics, coverage_curve, ece, nll, reliability_bins
+from denki.models.classify.task import ROUTER
 
 
 def label_indices(labels: list[str], task_labels: list[str], path: str, lines: list[int],
@@ -75,6 +76,25 @@ def evaluate_logits(logits: np.ndarray, gold: np.ndarray, task: dict, *, curves:
     return out
 
 
+def misrouted_examples(texts: list[str], logits: np.ndarray, gold: np.ndarray, task: dict, *,
+                       lexical_logits: np.ndarray | None = None, k: int = 8) -> list[dict]:
+    """Up to ``k`` examples the model gets wrong at full coverage (``logits (n, K)``, gold indices ``(n,)``), the
+    ones routed to a wrong department first, then those the rule sent to a human; most confident first within each
+    (a confident mistake is the one a label fix or more data helps most). Each: ``{index, text, gold,
+    predicted, confidence (the calibrated probability of the prediction), route (predicted or "human")}``."""
+    labels = list(task["labels"])
+    z = np.asarray(logits, dtype=np.float64)
+    gold = np.asarray(gold, dtype=np.int64)
+    idx, score, _, abstain = decide(z, task, lexical_logits)
+    wrong = np.flatnonzero(idx != gold)
+    # routed wrong (not abstained) before abstained; within each, higher confidence first; ties by row
+    order = sorted(wrong.tolist(), key=lambda i: (bool(abstain[i]), -float(score[i]), i))[:k]
+    human = task.get("human_label", HUMAN)
+    return [{"index": i, "text": texts[i], "gold": labels[int(gold[i])], "predicted": labels[int(idx[i])],
+             "confidence": float(score[i]), "route": human if abstain[i] else labels[int(idx[i])]}
+            for i in order]
+
+
 def evaluate_bundle(model_dir: str | os.PathLike, data_path: str | os.PathLike, *, text_field: str | None = None,
                     label_field: str | None = None, logits_fn=None, device: str = "auto", batch_size: int = 128,
                     skip_empty: bool = False, progress: bool = True) -> dict:
@@ -90,8 +110,8 @@ def evaluate_bundle(model_dir: str | os.PathLike, data_path: str | os.PathLike, 
     bundle_dir = resolve_bundle(model_dir)
     manifest = read_manifest(bundle_dir)
     kind = manifest.get("kind")
-    if kind not in ("classifier", "onnx-classifier"):
-        raise DenkiError(f"{bundle_dir}: bundle kind is {kind!r}; expected 'classifier' or 'onnx-classifier'")
+    if kind not in ROUTER.kinds:
+        raise DenkiError(f"{bundle_dir}: bundle kind is {kind!r}; expected {' or '.join(map(repr, ROUTER.kinds))}")
     task = read_task(bundle_dir)
     if not task.get("labels"):
         raise DenkiError(f"{bundle_dir}: no task.json with labels; is this a classifier bundle?")
@@ -100,7 +120,7 @@ def evaluate_bundle(model_dir: str | os.PathLike, data_path: str | os.PathLike, 
     data = read_labelled(data_path, text_field, label_field, skip_empty=skip_empty)
     gold = label_indices(data.labels, task["labels"], data.path, data.lines, label_field)
     if logits_fn is None:
-        if kind != "classifier":
+        if kind != ROUTER.name:
             raise DenkiError(f"{bundle_dir}: an ONNX bundle is scored through the serve runtime; use "
                              "`denki evaluate classify` (or pass serve.evaluate.onnx_logits_fn)")
         from denki.models.classify.predict import torch_logits_fn
@@ -114,6 +134,9 @@ def evaluate_bundle(model_dir: str | os.PathLike, data_path: str | os.PathLike, 
 
         lexical_logits = LexicalModel.load(bundle_dir).logits(data.texts)
     res = evaluate_logits(logits, gold, task, lexical_logits=lexical_logits)
+    res["misrouted"] = misrouted_examples(data.texts, logits, gold, task, lexical_logits=lexical_logits)
+    for m in res["misrouted"]:  # where to find (and fix) the row: its line in the data file
+        m["line"] = data.lines[m["index"]]
     res.update({"model": str(bundle_dir), "kind": kind, "data": str(data_path), "text_field": text_field,
                 "label_field": label_field, "skipped": len(data.skipped), "seconds": time.perf_counter() - t0})
     return res

@@ -28,7 +28,7 @@ MODES = ("prob", "loglinear")
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))  # the encoder's weight; 0 = TF-IDF alone, 1 = encoder alone
 FOLDS = 5
 CRITERIA = ("macro_f1", "nll", "accuracy")  # what the grid search maximises
-#: measured (experiments/fused-router, criteria.py): mean cross-fitted macro-F1 over three routers 0.8306 choosing by
+#: measured (docs/classify.md, fusion): mean cross-fitted macro-F1 over three routers 0.8306 choosing by
 #: NLL vs 0.8253 by macro-F1 itself (jumpy on a dev fold) and 0.8286 by accuracy
 CRITERION = "nll"
 _TINY = 1e-12  # floor of a fused probability before the log: an impossible class stays finite

@@ -173,8 +173,9 @@ def _markdown(r: dict) -> str:
     return "\n".join(lines)
 
 
-def write_report(report: dict, out_dir) -> None:
-    """Write the PNGs, ``report.json`` (curves included) and ``report.md``."""
+def write_report(out_dir, report: dict) -> None:
+    """Write the PNGs, ``report.json`` (curves included) and ``report.md`` into ``out_dir``; adds the verdict to
+    ``report``."""
     from denki.models.classify.plots import plot_confusion, plot_coverage, plot_reliability
 
     out = Path(out_dir)

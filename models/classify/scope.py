@@ -6,7 +6,7 @@ A router answers "which desk?", never "is this for us?": its softmax sums to one
 「ログインできません」 goes to 宿泊 at 0.9994. The in-scope score is the top probability of the router's TF-IDF
 logistic regression (the lexical model every ``denki finetune classify`` fits, :mod:`.lexical`): a text that shares
 no desk's words gets a flat distribution over the desks, whatever the encoder says. Measured against eight other
-scores (experiments/out-of-scope): it sent the most out-of-scope texts to a human — news titles and encyclopedia
+scores (docs/classify.md, out of scope): it sent the most out-of-scope texts to a human — news titles and encyclopedia
 questions, and a left-out desk's inquiries — at the same in-scope coverage.
 
 The threshold is chosen on the dev rows alone, which are in scope by construction: the ``1 − keep`` quantile of
@@ -22,7 +22,7 @@ import numpy as np
 
 #: the score kinds a bundle may name (only one today; the name keeps the file readable when another is added)
 SCORES = ("tfidf-msp",)
-#: the in-scope share of dev kept routed by default: measured (experiments/out-of-scope), with the router's own
+#: the in-scope share of dev kept routed by default: measured (docs/classify.md, out of scope), with the router's own
 #: abstention on top it still leaves ≥ 90 % of held-out in-scope inquiries routed
 DEFAULT_KEEP = 0.95
 

@@ -17,7 +17,7 @@ Steps (:func:`self_train_files`):
    sees each labelled row :func:`labelled_repeats` times an epoch (half its rows are labelled ones).
 
 Dev is untouched: it keeps early stopping, the fusion weight, calibration and the threshold, as without
-``--unlabelled``. The figures behind the constants: ``experiments/few-label/``.
+``--unlabelled``. The figures behind the constants: docs/classify.md, "Few labels".
 """
 from __future__ import annotations
 
@@ -37,13 +37,13 @@ from denki.models.io.errors import DenkiError, InputError
 #: surest texts, and keeping 90 % at the end leaves out the least sure tenth (chosen in a probe on inquiry routing)
 ROUND_FRACTIONS = (0.3, 0.6, 0.9)
 
-#: pseudo-labelled rows per class the encoder trains on (the TF-IDF half takes them all): at 10 labels per desk 100 beat
-#: 300 and 1,000 on the draws measured, at a third of 300's epoch time (experiments/few-label)
+#: pseudo-labelled rows per class the encoder trains on (the TF-IDF half takes them all): more made each epoch longer
+#: and did not score better (docs/classify.md, "Few labels")
 DEFAULT_ENCODER_CAP = 100
 
 #: the labelled rows are repeated until they make at least this share of the encoder's training rows, so that a few
-#: clean labels are not drowned by ten times as many guessed ones (experiments/few-label: without it, 30 labels per
-#: desk + 1,800 pseudo rows scored below the labelled rows alone)
+#: clean labels are not drowned by ten times as many guessed ones (without it, many more pseudo rows than labelled
+#: ones scored below the labelled rows alone: docs/classify.md, "Few labels")
 LABELLED_SHARE = 0.5
 
 

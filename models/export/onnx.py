@@ -23,9 +23,13 @@ Steps (all written into ``OUT.partial``, renamed to ``OUT`` only when every gate
    export (``denki export``), or — with ``best_effort=True`` (the quickstart) — leaves a failing O2/int8/fp16
    variant out of the bundle and records it under ``metrics.left_out`` (fp32 failing is always an error). A
    fused router's TF-IDF half (numpy, copied as is) must give scikit-learn's probabilities from fine-tuning
-   within :data:`LEXICAL_ATOL`, or the export fails;
+   within :data:`models.classify.parity.LEXICAL_ATOL`, or the export fails (the task's ``extra_gates``);
 6. tokenizer files, ``task.json`` (+ a fused router's lexical files), golden tokenization vectors (``golden_tokenization.jsonl``) and ``manifest.json``
    (sha256 of every file, parity figures under ``metrics.parity``).
+
+What differs between tasks — the fp32 graph's outputs, the parity data and check, extra gates, extra files,
+golden tokenisation — the bundle's task declares (:class:`models.task.base.Task`, found in :mod:`models.registry`
+by the bundle's kind); this module never names a task.
 
 Torch and optimum are imported inside the functions (importing this module is cheap). The ONNX files are
 opened by :func:`models.bundle.onnx.open_session`, as the serving runtime opens them.
@@ -37,20 +41,24 @@ import logging
 import os
 import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from denki.models.bundle.format import command_line, read_manifest, read_task, resolve_bundle, verify_bundle, write_manifest
 from denki.models.bundle.onnx import INT8_VARIANTS, MODEL_FILES
 from denki.models.io.errors import DenkiError
 from denki.models.io.fileio import replace_dir
+from denki.models.registry.tasks import task_for, torch_kinds
+from denki.models.task.parity import batches
 
-TASKS = {"classifier": ("text-classification", "onnx-classifier"), "qa": ("question-answering", "onnx-qa")}
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "denki_tokenizer.json")
+#: every task's bundle carries these beside the model when its parent has them
+TASK_FILES = ("task.json", "parity_sample.json")
 
 
 def _quiet():
+    """Keep optimum's, transformers' and onnxruntime's progress chatter out of the CLI (the parity gate reports
+    what matters: how each graph compares with PyTorch)."""
     for name in ("optimum", "transformers", "onnxruntime", "torch.onnx"):
         logging.getLogger(name).setLevel(logging.ERROR)
     import warnings
@@ -65,42 +73,9 @@ def _quiet():
 
 
 # ------------------------------------------------------------------ build steps
-def _export_fp32(src: Path, work: Path, task: str, answerable_head: bool = False) -> Path:
-    if answerable_head:
-        return _export_fp32_answerable(src, work)
-    from optimum.exporters.onnx import main_export
-
-    main_export(str(src), str(work), task=task, do_validation=False, local_files_only=True,
-                library_name="transformers", device="cpu")
-    return work / "model.onnx"
-
-
-def _export_fp32_answerable(src: Path, work: Path) -> Path:
-    """A QA bundle trained with ``--answerable-head`` (:mod:`models.qa.heads`): optimum's question-answering
-    config for the architecture plus a third output, ``answerable_logits`` ``(batch,)``. ``main_export`` would load
-    the plain Auto class and drop the head, and ``onnx_export_from_model`` refuses a class outside transformers, so
-    the subclass goes through optimum's lower-level ``export`` with that config."""
-    from optimum.exporters.onnx import export
-    from optimum.exporters.tasks import TasksManager
-
-    from denki.models.qa.heads import qa_model_class
-
-    model = _torch_model(src, "qa", answerable_head=True)
-    ctor = TasksManager.get_exporter_config_constructor("onnx", model_type=model.config.model_type,
-                                                         task="question-answering", library_name="transformers")
-    base_cls = type(ctor(model.config, task="question-answering"))
-
-    class WithAnswerable(base_cls):
-        @property
-        def outputs(self):
-            return {**super().outputs, "answerable_logits": {0: "batch_size"}}
-
-    export(model, WithAnswerable(model.config, task="question-answering"), work / "model.onnx", device="cpu")
-    # the plain QA class in config.json (the graph is its superset), so optimum's ORTModelForQuestionAnswering and
-    # the optimiser read it as they read any QA export (this model is not used again: its config may change)
-    model.config.architectures = [qa_model_class(src, answerable_head=False).__name__]
-    model.config.save_pretrained(work)
-    return work / "model.onnx"
+def _export_fp32(src: Path, work: Path, task, task_json: dict | None = None) -> Path:
+    """The task's fp32 graph in ``work`` (:meth:`models.task.base.Task.export_fp32`)."""
+    return task.export_fp32(src, work, task_json or {})
 
 
 def _optimize(work: Path, level: str, for_gpu: bool, dest: Path) -> None:
@@ -118,8 +93,16 @@ def _quantize_int8(src_model: Path, dest: Path, per_channel: bool = False) -> No
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(src_model), str(dest), weight_type=QuantType.QInt8, per_channel=per_channel,
-                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    # onnxruntime's advice to run its pre-processing first ("Please consider to run pre-processing before
+    # quantization") goes to the root logger: kept out of the CLI. The pre-processing would rewrite the graph that
+    # the parity gate and `denki bench pick` measure; the gate judges the quantised graph as it is (docs/serving.md)
+    was = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        quantize_dynamic(str(src_model), str(dest), weight_type=QuantType.QInt8, per_channel=per_channel,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    finally:
+        logging.disable(was)
 
 
 def _quantize_int8_static(src_model: Path, dest: Path, feeds: list[dict]) -> None:
@@ -152,197 +135,14 @@ def _quantize_int8_static(src_model: Path, dest: Path, feeds: list[dict]) -> Non
         logging.disable(was)
 
 
-def _calibration_feeds(src_model: Path, tok, kind: str, data: dict, task: dict, limit: int = 64) -> list[dict]:
-    """Padded input batches for static calibration: the first ``limit`` texts (classifier) or questions' windows
-    (QA) of the parity sample, tokenised as the gate and the runtime do."""
+def _calibration_feeds(src_model: Path, tok, task, data: dict, task_json: dict, limit: int = 64) -> list[dict]:
+    """Padded input batches for static calibration: the task's first ``limit`` parity inputs, tokenised as the
+    gate and the runtime do."""
     import onnx
 
     names = [i.name for i in onnx.load(str(src_model), load_external_data=False).graph.input]
-    if kind == "classifier":
-        max_length = int(task.get("max_length") or 128)
-        encs = [tok.encode(t, max_length=max_length) for t in data["texts"][:limit]]
-    else:
-        encs = [w for q, c in data["pairs"][:max(1, limit // 4)]
-                for w in tok.encode_windows(q, c, max_length=int(task.get("max_length", 384)),
-                                            stride=int(task.get("doc_stride", 128)))]
-    return [{k: b[k] for k in names} for _, b in _batches(tok, encs, 16)]
-
-
-# ------------------------------------------------------------------ parity
-def _load_parity(src: Path, kind: str, parity_data: str | None, task: dict, limit: int) -> dict:
-    """Texts (+ labels) for a classifier, (question, context) pairs for QA."""
-    if parity_data:
-        if kind == "classifier":
-            from denki.models.io.records import read_labelled
-
-            data = read_labelled(parity_data, task.get("text_field", "text"), task.get("label_field", "label"))
-            return {"texts": list(data.texts)[:limit], "labels": list(data.labels)[:limit]}
-        from denki.models.qa.data import read_qa
-
-        qa = read_qa(parity_data, limit=limit)
-        return {"pairs": [(e.question, e.context) for e in qa.examples][:limit]}
-    p = src / "parity_sample.json"
-    if not p.is_file():
-        raise DenkiError(f"{src}: no parity_sample.json in the bundle; pass --parity-data FILE (dev data)")
-    sample = json.loads(p.read_text(encoding="utf-8"))
-    if kind == "classifier":
-        return {"texts": sample["texts"][:limit], "labels": sample.get("labels", [])[:limit]}
-    return {"pairs": [(e["question"], e["context"]) for e in sample["examples"]][:limit]}
-
-
-def _torch_model(src: Path, kind: str, answerable_head: bool = False):
-    # Auto classes: the bundle's config.json decides the architecture (ELECTRA, or BERT from `denki import`)
-    from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
-
-    from denki.models.bundle.pytorch import load_model
-    from denki.models.qa.heads import qa_model_class
-
-    if answerable_head:
-        cls = qa_model_class(src, answerable_head=True)
-    else:
-        cls = AutoModelForSequenceClassification if kind == "classifier" else AutoModelForQuestionAnswering
-    return load_model(src, cls).eval()
-
-
-def _batches(tok, encs, batch_size=32):
-    for s in range(0, len(encs), batch_size):
-        yield s, tok.pad(encs[s:s + batch_size])
-
-
-def _run_torch(model, batch) -> list[np.ndarray]:
-    import torch
-
-    with torch.no_grad():
-        out = model(**{k: torch.from_numpy(v) for k, v in batch.items()})
-    if hasattr(out, "logits"):
-        return [out.logits.float().numpy()]
-    extra = [out.answerable_logits.float().numpy()] if getattr(out, "answerable_logits", None) is not None else []
-    return [out.start_logits.float().numpy(), out.end_logits.float().numpy(), *extra]
-
-
-def _session_outputs(path: Path, batch: dict, cache: dict) -> list[np.ndarray] | None:
-    """Run an ONNX file on CPU (sessions cached); ``None`` if the CPU provider cannot run it (fp16 kernels)."""
-    from denki.models.bundle.onnx import open_session
-
-    if path not in cache:
-        try:
-            cache[path] = open_session(path, "cpu", None)[0]
-        except Exception as e:  # pragma: no cover - depends on the ORT build
-            cache[path] = e
-    sess = cache[path]
-    if isinstance(sess, Exception):
-        return None
-    names = [i.name for i in sess.get_inputs()]
-    try:
-        return [np.asarray(o, dtype=np.float32) for o in sess.run(None, {k: batch[k] for k in names})]
-    except Exception as e:  # pragma: no cover
-        cache[path] = e
-        return None
-
-
-def _parity_classifier(model, tok, files: dict[str, Path], data: dict, task: dict) -> dict:
-    labels = task["labels"]
-    max_length = int(task.get("max_length") or 128)
-    encs = [tok.encode(t, max_length=max_length) for t in data["texts"]]
-    ref, outs, cache = [], {b: [] for b in files}, {}
-    for _, batch in _batches(tok, encs):
-        ref.append(_run_torch(model, batch)[0])
-        for b, f in files.items():
-            o = _session_outputs(f, batch, cache)
-            outs[b].append(None if o is None else o[0])
-    ref_l = np.concatenate(ref)
-    gold = None
-    if data.get("labels"):
-        index = {lab: i for i, lab in enumerate(labels)}
-        gold = np.array([index.get(lab, -1) for lab in data["labels"]])
-    res = {"n": len(encs), "torch_accuracy": None if gold is None else float((ref_l.argmax(1) == gold).mean())}
-    for b, parts in outs.items():
-        if any(p is None for p in parts):
-            res[b] = {"ran": False, "note": "the CPU execution provider cannot run this graph; checked on CUDA only"}
-            continue
-        lg = np.concatenate(parts)
-        r = {"ran": True, "max_abs_diff": float(np.abs(lg - ref_l).max()),
-             "agreement": float((lg.argmax(1) == ref_l.argmax(1)).mean())}
-        if gold is not None:
-            r["accuracy"] = float((lg.argmax(1) == gold).mean())
-            r["metric_drop"] = res["torch_accuracy"] - r["accuracy"]
-        res[b] = r
-    return res
-
-
-def _parity_qa(model, tok, files: dict[str, Path], data: dict, task: dict) -> dict:
-    from denki.models.qa.metrics import f1_score
-    from denki.models.qa.postprocess import postprocess_question
-
-    max_length, stride = int(task.get("max_length", 384)), int(task.get("doc_stride", 128))
-    thr = float(task.get("null_threshold", 0.0))
-    kw = dict(n_best=int(task.get("n_best", 20)), max_answer_length=int(task.get("max_answer_length", 30)),
-              null_threshold=thr, null_rule=task.get("null_rule", "cls"))
-    ref_ans, ans = [], {b: [] for b in files}
-    diffs = {b: 0.0 for b in files}
-    ran = {b: True for b in files}
-    cache: dict = {}
-    for q, c in data["pairs"]:
-        wins = tok.encode_windows(q, c, max_length=max_length, stride=stride)
-        batch = tok.pad(wins)
-        lens = [len(w) for w in wins]
-        offs, seqs = [w.offsets for w in wins], [w.sequence_ids for w in wins]
-
-        def answer(st, en, ans=None):
-            mask = np.arange(st.shape[1])[None, :] < np.array(lens)[:, None]
-            st, en = np.where(mask, st, -1e9), np.where(mask, en, -1e9)
-            return postprocess_question(st, en, offs, seqs, c, answerable_logits=ans, **kw), mask
-
-        ref = _run_torch(model, batch)
-        rs, re_, r_ans = ref[0], ref[1], (ref[2] if len(ref) > 2 else None)
-        r_ref, mask = answer(rs, re_, r_ans)
-        ref_ans.append(r_ref)
-        for b, f in files.items():
-            o = _session_outputs(f, batch, cache) if ran[b] else None
-            if o is None:
-                ran[b] = False
-                continue
-            diffs[b] = max(diffs[b], float(np.abs(np.where(mask, o[0] - rs, 0)).max()),
-                           float(np.abs(np.where(mask, o[1] - re_, 0)).max()),
-                           float(np.abs(o[2] - r_ans).max()) if r_ans is not None else 0.0)
-            ans[b].append(answer(o[0], o[1], o[2] if r_ans is not None else None)[0])
-    res = {"n": len(ref_ans)}
-    for b in files:
-        if not ran[b]:
-            res[b] = {"ran": False, "note": "the CPU execution provider cannot run this graph; checked on CUDA only"}
-            continue
-        same = [a["has_answer"] == r["has_answer"] and a["start"] == r["start"] and a["end"] == r["end"]
-                for a, r in zip(ans[b], ref_ans)]
-        f1 = [1.0 if not r["has_answer"] and not a["has_answer"] else f1_score(a["answer"], r["answer"])
-              for a, r in zip(ans[b], ref_ans)]
-        res[b] = {"ran": True, "max_abs_diff": diffs[b], "agreement": float(np.mean(same)) if same else 1.0,
-                  # F1 of this backend's answers against PyTorch's: 1 - this is the metric drop vs the reference
-                  "f1_vs_torch": float(np.mean(f1)) if f1 else 1.0}
-        res[b]["metric_drop"] = 1.0 - res[b]["f1_vs_torch"]
-    return res
-
-
-LEXICAL_FILES = ("lexical.safetensors", "lexical_vocab.json")  # a router's TF-IDF model (fusion, scope; copied)
-LEXICAL_ATOL = 1e-4  # probabilities; measured: 1.2e-7 on livedoor titles (float32 tf-idf in scikit-learn)
-
-
-def _lexical_gate(src: Path) -> dict:
-    """A fused router's lexical half: the bundle's numpy TF-IDF model must give the probabilities scikit-learn
-    gave at fine-tuning (``parity_sample.json`` ``lexical_probs``) within :data:`LEXICAL_ATOL`."""
-    from denki.models.classify.decision import softmax
-    from denki.models.classify.lexical import LexicalModel
-
-    sample = json.loads((src / "parity_sample.json").read_text(encoding="utf-8"))
-    if "lexical_probs" not in sample:
-        raise DenkiError(f"{src}: task.json asks for the TF-IDF model (fusion or scope) but parity_sample.json has "
-                         "no lexical_probs "
-                         "(fine-tune it again with this denki)")
-    got = softmax(LexicalModel.load(src).logits(sample["texts"]), axis=1)
-    diff = float(np.abs(got - np.asarray(sample["lexical_probs"])).max()) if len(got) else 0.0
-    if not diff <= LEXICAL_ATOL:
-        raise DenkiError(f"parity gate failed, nothing written: the lexical (TF-IDF) model's probabilities differ "
-                         f"from scikit-learn's by {diff:.2e} > {LEXICAL_ATOL:g}")
-    return {"max_abs_diff_probs": diff, "n": len(got), "atol": LEXICAL_ATOL, "passed": True}
+    encs = task.sample_encodings(tok, data, task_json, limit)
+    return [{k: b[k] for k in names} for _, b in batches(tok, encs, 16)]
 
 
 def _gate(parity: dict, atol: float, min_agreement: float, max_drop: float) -> dict[str, str]:
@@ -370,22 +170,178 @@ def _gate(parity: dict, atol: float, min_agreement: float, max_drop: float) -> d
     return failed
 
 
-def _golden(tok, kind: str, data: dict, task: dict, n: int = 50) -> str:
-    lines = []
-    if kind == "classifier":
-        for t in data["texts"][:n]:
-            e = tok.encode(t, max_length=int(task.get("max_length") or 128))
-            lines.append({"text": t, "max_length": int(task.get("max_length") or 128), "ids": e.ids,
-                          "offsets": [list(o) for o in e.offsets]})
-    else:
-        for q, c in data["pairs"][:n // 5]:
-            wins = tok.encode_windows(q, c, max_length=int(task.get("max_length", 384)),
-                                      stride=int(task.get("doc_stride", 128)))
-            lines.append({"question": q, "context": c, "max_length": int(task.get("max_length", 384)),
-                          "doc_stride": int(task.get("doc_stride", 128)),
-                          "windows": [{"ids": w.ids, "type_ids": w.type_ids,
-                                       "offsets": [list(o) for o in w.offsets]} for w in wins]})
-    return "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines)
+# ------------------------------------------------------------------ the plan and its steps
+@dataclass
+class _Variants:
+    """What the export builds besides fp32: ``opt`` ``{variant: level}`` (``o2``, and ``o3`` beside it),
+    ``levels`` as asked, ``quants`` (int8 variants, one order), ``fp16``."""
+
+    opt: dict[str, str]
+    levels: list[str]
+    quants: list[str]
+    fp16: bool
+
+    def step_names(self) -> list[str]:
+        return (["export fp32"] + [f"optimize {lv}" for lv in self.opt.values()] +
+                [f"quantize {q}" for q in self.quants] + (["fp16"] if self.fp16 else []) +
+                ["parity gate", "write bundle"])
+
+
+def _plan_variants(optimize, quantize, fp16: bool) -> _Variants:
+    """Check ``--optimize``/``--quantize`` and turn them into the variants to build."""
+    levels = list(dict.fromkeys([optimize] if isinstance(optimize, str) else list(optimize or [])))
+    bad = [lv for lv in levels if lv not in ("O1", "O2", "O3")]
+    if bad:
+        raise DenkiError(f"--optimize {' '.join(map(str, bad))}: choose O1, O2 or O3")
+    if len(levels) > 2 or (len(levels) == 2 and "O3" not in levels):
+        raise DenkiError(f"--optimize {' '.join(levels)}: one level (→ model.o2.onnx), or O1/O2 plus O3 "
+                         "(→ model.o2.onnx and model.o3.onnx)")
+    # {variant: level}: the single (or lower) level keeps the o2 name and file; O3 beside another gets its own
+    opt = {"o2": min(levels)} if levels else {}
+    if len(levels) == 2:
+        opt["o3"] = "O3"
+    quants = [quantize] if isinstance(quantize, str) else list(quantize or [])
+    bad = [q for q in quants if q not in INT8_VARIANTS]
+    if bad:
+        raise DenkiError(f"--quantize {' '.join(bad)}: choose among {', '.join(INT8_VARIANTS)}")
+    return _Variants(opt, levels, [q for q in INT8_VARIANTS if q in quants], fp16)
+
+
+@dataclass
+class _Steps:
+    """The progress bar and each step's seconds (``export_seconds`` in the manifest)."""
+
+    bar: object
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def start(self, name: str) -> None:
+        self.bar.set_postfix_str(name)
+        self.timings[name] = time.perf_counter()
+
+    def done(self, name: str) -> None:
+        self.timings[name] = time.perf_counter() - self.timings[name]
+        self.bar.update(1)
+
+
+@dataclass
+class _Export:
+    """One export in progress: the source bundle, its task, the staging folder and what has been built."""
+
+    src: Path
+    task: object  # models.task.base.Task
+    task_json: dict
+    variants: _Variants
+    tmp: Path  # OUT.partial: renamed to OUT when every gate passed
+    steps: _Steps
+    files: dict[str, Path] = field(default_factory=dict)  # {variant: ONNX file in tmp}
+    tok: object = None
+    data: dict | None = None
+
+    @property
+    def work(self) -> Path:
+        return self.tmp / "_work"
+
+
+def _build_fp32(x: _Export) -> None:
+    x.steps.start("export fp32")
+    fp32 = _export_fp32(x.src, x.work, x.task, x.task_json)
+    os.replace(fp32, x.tmp / "model.onnx")
+    shutil.copyfile(x.work / "config.json", x.tmp / "config.json")
+    # ORTOptimizer reads model.onnx + config.json from the work dir
+    shutil.copyfile(x.tmp / "model.onnx", x.work / "model.onnx")
+    x.files["fp32"] = x.tmp / "model.onnx"
+    x.steps.done("export fp32")
+
+
+def _build_optimized(x: _Export) -> None:
+    for b, lv in x.variants.opt.items():
+        x.steps.start("optimize " + lv)
+        _optimize(x.work, lv, False, x.tmp / MODEL_FILES[b])
+        x.files[b] = x.tmp / MODEL_FILES[b]
+        x.steps.done("optimize " + lv)
+
+
+def _build_quantized(x: _Export) -> None:
+    for q in x.variants.quants:
+        x.steps.start("quantize " + q)
+        dest = x.tmp / MODEL_FILES[q]
+        if q == "int8-static":
+            # the fp32 graph: the QDQ quantiser knows the standard ops; onnxruntime fuses the quantised graph
+            # itself when the session loads
+            _quantize_int8_static(x.files["fp32"], dest,
+                                  _calibration_feeds(x.files["fp32"], x.tok, x.task, x.data, x.task_json))
+        elif q == "int8-channel":
+            _quantize_int8(x.files.get("o2", x.files["fp32"]), dest, per_channel=True)
+        else:
+            _quantize_int8(x.files.get("o2", x.files["fp32"]), dest)
+        x.files[q] = dest
+        x.steps.done("quantize " + q)
+
+
+def _build_fp16(x: _Export) -> None:
+    if x.variants.fp16:
+        x.steps.start("fp16")
+        _optimize(x.work, "O4", True, x.tmp / "model.fp16.onnx")
+        x.files["fp16"] = x.tmp / "model.fp16.onnx"
+        x.steps.done("fp16")
+
+
+def _parity_gate(x: _Export, atol: float, min_agreement: float, max_drop: float) -> tuple[dict, dict[str, str]]:
+    """Every variant against PyTorch (the task's check), judged; the task's own gates (which raise)."""
+    x.steps.start("parity gate")
+    model = x.task.torch_model(x.src, x.task_json)
+    parity = x.task.parity(model, x.tok, x.files, x.data, x.task_json)
+    parity["atol"], parity["min_agreement"], parity["max_drop"] = atol, min_agreement, max_drop
+    failed = _gate(parity, atol, min_agreement, max_drop)
+    parity.update(x.task.extra_gates(x.src, x.task_json))
+    x.steps.done("parity gate")
+    return parity, failed
+
+
+def _leave_out_failures(x: _Export, parity: dict, failed: dict[str, str], best_effort: bool) -> list[dict]:
+    """``best_effort``: drop each failing variant but fp32 (recorded in ``left_out``); else raise on any."""
+    left_out = []
+    if best_effort and "fp32" not in failed:
+        for b, why in failed.items():
+            x.files.pop(b).unlink()
+            parity[b]["left_out"] = True
+            left_out.append({"variant": b, "reason": why})
+        return left_out
+    if failed:
+        raise DenkiError("parity gate failed, nothing written:\n  " +
+                         "\n  ".join(f"{b}: {why}" for b, why in failed.items()) +
+                         "\n(fp32/O2 must match PyTorch; for int8/fp16 lower --min-agreement / raise --max-drop "
+                         "if the trade-off is acceptable, or export without them)" +
+                         x.task.gate_hint(x.task_json, failed))
+    return left_out
+
+
+def _write_bundle(x: _Export, parity: dict, left_out: list[dict], parity_data: str | None) -> dict:
+    """Tokenizer and task files, golden tokenisation, and the manifest (sha256 of every file) last."""
+    x.steps.start("write bundle")
+    for name in (*TOKENIZER_FILES, *TASK_FILES, *x.task.bundle_files(x.task_json)):
+        if (x.src / name).is_file():
+            shutil.copyfile(x.src / name, x.tmp / name)
+    golden = x.task.golden(x.tok, x.data, x.task_json)
+    (x.tmp / "golden_tokenization.jsonl").write_text(
+        "".join(json.dumps(g, ensure_ascii=False) + "\n" for g in golden), encoding="utf-8")
+    v, parent = x.variants, read_manifest(x.src)
+    manifest = write_manifest(x.tmp, x.task.onnx_kind, source={
+        "parent": {"path": str(x.src), "kind": x.task.name, "created": parent.get("created"),
+                   "model_sha256": parent.get("files", {}).get("model.safetensors")},
+        "command": command_line(), "optimize": (v.levels[0] if len(v.levels) == 1 else v.levels) or None,
+        # one variant: its name, as bundles before several int8 variants recorded it
+        "quantize": (v.quants[0] if len(v.quants) == 1 else v.quants) or None, "fp16": v.fp16,
+        **({"calibration": "int8-static: MinMax on the first 64 texts (QA: 16 questions) of the parity "
+                           "data, which the gate also checks"} if "int8-static" in v.quants else {}),
+        "parity_data": parity_data or "parity_sample.json (from the parent bundle)"},
+        # export_seconds: the finished steps ("write bundle" is still running: its entry is a start time)
+        metrics={"parity": parity, "file_bytes": {b: f.stat().st_size for b, f in x.files.items()},
+                 "variants": list(x.files), "left_out": left_out,
+                 "export_seconds": {k: t for k, t in x.steps.timings.items() if k != "write bundle"},
+                 "parent_metrics": parent.get("metrics", {})})
+    x.steps.done("write bundle")
+    return manifest
 
 
 # ------------------------------------------------------------------ entry point
@@ -393,7 +349,8 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
                   quantize: str | None = None, fp16: bool = False, parity_data: str | None = None,
                   parity_limit: int = 200, atol: float = 1e-4, min_agreement: float = 0.95,
                   max_drop: float = 0.02, best_effort: bool = False, progress: bool = True) -> dict:
-    """Export ``model_dir`` (classifier or QA bundle) to an ONNX bundle at ``out_dir``; returns its manifest.
+    """Export ``model_dir`` (a fine-tuned bundle of any registered task) to an ONNX bundle at ``out_dir``;
+    returns its manifest.
 
     ``quantize``: ``None``, ``"int8"`` or a list of int8 variants (:data:`INT8_VARIANTS`: ``int8``,
     ``int8-channel``, ``int8-static``); each one is gated on its own.
@@ -411,136 +368,26 @@ def export_bundle(model_dir: str | os.PathLike, out_dir: str | os.PathLike, *, o
 
     _quiet()
     src = resolve_bundle(model_dir)
-    parent = verify_bundle(src, kinds=tuple(TASKS))
-    kind = parent["kind"]
-    hf_task, onnx_kind = TASKS[kind]
-    levels = list(dict.fromkeys([optimize] if isinstance(optimize, str) else list(optimize or [])))
-    bad = [lv for lv in levels if lv not in ("O1", "O2", "O3")]
-    if bad:
-        raise DenkiError(f"--optimize {' '.join(map(str, bad))}: choose O1, O2 or O3")
-    if len(levels) > 2 or (len(levels) == 2 and "O3" not in levels):
-        raise DenkiError(f"--optimize {' '.join(levels)}: one level (→ model.o2.onnx), or O1/O2 plus O3 "
-                         "(→ model.o2.onnx and model.o3.onnx)")
-    # {variant: level}: the single (or lower) level keeps the o2 name and file; O3 beside another gets its own
-    opt = {"o2": min(levels)} if levels else {}
-    if len(levels) == 2:
-        opt["o3"] = "O3"
-    quants = [quantize] if isinstance(quantize, str) else list(quantize or [])
-    bad = [q for q in quants if q not in INT8_VARIANTS]
-    if bad:
-        raise DenkiError(f"--quantize {' '.join(bad)}: choose among {', '.join(INT8_VARIANTS)}")
-    quants = [q for q in INT8_VARIANTS if q in quants]  # one order, duplicates dropped
-    task = read_task(src)
-    answerable = kind == "qa" and bool(task.get("answerable_head"))
+    task = task_for(verify_bundle(src, kinds=torch_kinds())["kind"])
+    variants = _plan_variants(optimize, quantize, fp16)
     out = Path(out_dir)
     tmp = out.with_name(out.name + ".partial")
     if tmp.exists():
         shutil.rmtree(tmp)
-    work = tmp / "_work"
-    work.mkdir(parents=True)
-    steps = ["export fp32"] + [f"optimize {lv}" for lv in opt.values()] + \
-            [f"quantize {q}" for q in quants] + (["fp16"] if fp16 else []) + ["parity gate", "write bundle"]
-    bar = tqdm(total=len(steps), desc="export", unit="step", disable=not progress)
-    timings = {}
-
-    def step(name):
-        bar.set_postfix_str(name)
-        timings[name] = time.perf_counter()
-
-    def done(name):
-        timings[name] = time.perf_counter() - timings[name]
-        bar.update(1)
-
+    (tmp / "_work").mkdir(parents=True)
+    bar = tqdm(total=len(variants.step_names()), desc="export", unit="step", disable=not progress)
+    x = _Export(src, task, read_task(src), variants, tmp, _Steps(bar))
     try:
-        step("export fp32")
-        fp32 = _export_fp32(src, work, hf_task, answerable_head=answerable)
-        os.replace(fp32, tmp / "model.onnx")
-        shutil.copyfile(work / "config.json", tmp / "config.json")
-        # ORTOptimizer reads model.onnx + config.json from the work dir
-        shutil.copyfile(tmp / "model.onnx", work / "model.onnx")
-        done("export fp32")
-        files = {"fp32": tmp / "model.onnx"}
-        for b, lv in opt.items():
-            step("optimize " + lv)
-            _optimize(work, lv, False, tmp / MODEL_FILES[b])
-            files[b] = tmp / MODEL_FILES[b]
-            done("optimize " + lv)
-        tok = JapaneseTokenizer.load(src)
-        data = _load_parity(src, kind, parity_data, task, parity_limit)
-        for q in quants:
-            step("quantize " + q)
-            dest = tmp / MODEL_FILES[q]
-            if q == "int8-static":
-                # the fp32 graph: the QDQ quantiser knows the standard ops; onnxruntime fuses the quantised
-                # graph itself when the session loads
-                _quantize_int8_static(files["fp32"], dest,
-                                      _calibration_feeds(files["fp32"], tok, kind, data, task))
-            elif q == "int8-channel":
-                _quantize_int8(files.get("o2", files["fp32"]), dest, per_channel=True)
-            else:
-                _quantize_int8(files.get("o2", files["fp32"]), dest)
-            files[q] = dest
-            done("quantize " + q)
-        if fp16:
-            step("fp16")
-            _optimize(work, "O4", True, tmp / "model.fp16.onnx")
-            files["fp16"] = tmp / "model.fp16.onnx"
-            done("fp16")
-        shutil.rmtree(work)
-
-        step("parity gate")
-        model = _torch_model(src, kind, answerable_head=answerable)
-        parity = (_parity_classifier if kind == "classifier" else _parity_qa)(model, tok, files, data, task)
-        parity["atol"], parity["min_agreement"], parity["max_drop"] = atol, min_agreement, max_drop
-        failed = _gate(parity, atol, min_agreement, max_drop)
-        if kind == "classifier" and (task.get("fusion") or task.get("scope")):
-            parity["lexical"] = _lexical_gate(src)  # raises when the numpy TF-IDF model drifts from scikit-learn
-        done("parity gate")
-        left_out = []
-        if best_effort and "fp32" not in failed:
-            for b, why in failed.items():
-                files.pop(b).unlink()
-                parity[b]["left_out"] = True
-                left_out.append({"variant": b, "reason": why})
-            failed = {}
-        if failed:
-            # the answerable head is finetune qa's default for ELECTRA bundles, and int8 variants of head models
-            # can fail the gate where the plain head's pass (docs/qa.md): say so where a user meets it
-            head_hint = ""
-            if answerable and any(b in INT8_VARIANTS for b in failed):
-                head_hint = ("\nthis QA model has the answerable head (task.json answerable_head); int8 variants "
-                             "of head models can miss the gate (measured: 91 % agreement on one JaQuAD model, 99 % "
-                             "on another; the plain head 100 %, docs/qa.md): export it without --quantize, or "
-                             "fine-tune with --no-answerable-head for an int8 model")
-            raise DenkiError("parity gate failed, nothing written:\n  " +
-                             "\n  ".join(f"{b}: {why}" for b, why in failed.items()) +
-                             "\n(fp32/O2 must match PyTorch; for int8/fp16 lower --min-agreement / raise --max-drop "
-                             "if the trade-off is acceptable, or export without them)" + head_hint)
-
-        step("write bundle")
-        for name in TOKENIZER_FILES:
-            if (src / name).is_file():
-                shutil.copyfile(src / name, tmp / name)
-        for name in ("task.json", "parity_sample.json", *LEXICAL_FILES):
-            if (src / name).is_file():
-                shutil.copyfile(src / name, tmp / name)
-        (tmp / "golden_tokenization.jsonl").write_text(_golden(tok, kind, data, task), encoding="utf-8")
-        sizes = {b: f.stat().st_size for b, f in files.items()}
-        parent_manifest = read_manifest(src)
-        manifest = write_manifest(tmp, onnx_kind, source={
-            "parent": {"path": str(src), "kind": kind, "created": parent_manifest.get("created"),
-                       "model_sha256": parent_manifest.get("files", {}).get("model.safetensors")},
-            "command": command_line(), "optimize": (levels[0] if len(levels) == 1 else levels) or None,
-            # one variant: its name, as bundles before several int8 variants recorded it
-            "quantize": (quants[0] if len(quants) == 1 else quants) or None, "fp16": fp16,
-            **({"calibration": "int8-static: MinMax on the first 64 texts (QA: 16 questions) of the parity "
-                               "data, which the gate also checks"} if "int8-static" in quants else {}),
-            "parity_data": parity_data or "parity_sample.json (from the parent bundle)"},
-            # export_seconds: the finished steps ("write bundle" is still running: its entry is a start time)
-            metrics={"parity": parity, "file_bytes": sizes, "variants": list(files), "left_out": left_out,
-                     "export_seconds": {k: v for k, v in timings.items() if k != "write bundle"},
-                     "parent_metrics": parent_manifest.get("metrics", {})})
-        done("write bundle")
+        _build_fp32(x)
+        _build_optimized(x)
+        x.tok = JapaneseTokenizer.load(src)
+        x.data = task.parity_data(src, parity_data, x.task_json, parity_limit)
+        _build_quantized(x)
+        _build_fp16(x)
+        shutil.rmtree(x.work)
+        parity, failed = _parity_gate(x, atol, min_agreement, max_drop)
+        left_out = _leave_out_failures(x, parity, failed, best_effort)
+        manifest = _write_bundle(x, parity, left_out, parity_data)
         bar.close()
         replace_dir(tmp, out)
         return manifest

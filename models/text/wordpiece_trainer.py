@@ -70,6 +70,24 @@ def _clean_counts(word_counts: Mapping[str, int], max_chars: int) -> dict[str, i
     return out
 
 
+class _Vocab:
+    """Tokens in id order; adding a token that is already there returns its id and adds nothing."""
+
+    def __init__(self):
+        self.id_to_token: list[str] = []
+        self.token_to_id: dict[str, int] = {}
+
+    def add(self, token: str) -> int:
+        tid = self.token_to_id.get(token)
+        if tid is None:
+            tid = self.token_to_id[token] = len(self.id_to_token)
+            self.id_to_token.append(token)
+        return tid
+
+    def __len__(self) -> int:
+        return len(self.id_to_token)
+
+
 def train_wordpiece(word_counts: Mapping[str, int], vocab_size: int, *, special_tokens: list[str],
                     limit_alphabet: int | None = None, min_frequency: int = 2,
                     continuing_subword_prefix: str = "##", max_input_chars_per_word: int = 100,
@@ -85,36 +103,38 @@ def train_wordpiece(word_counts: Mapping[str, int], vocab_size: int, *, special_
     if limit_alphabet is not None and limit_alphabet < 0:
         raise DenkiError(f"limit_alphabet must be >= 0 (got {limit_alphabet})")
     prefix = continuing_subword_prefix
-
-    # ---- 1. special tokens
-    id_to_token: list[str] = []
-    token_to_id: dict[str, int] = {}
-
-    def add(token: str) -> int:
-        tid = token_to_id.get(token)
-        if tid is None:
-            tid = token_to_id[token] = len(id_to_token)
-            id_to_token.append(token)
-        return tid
-
-    for t in special_tokens:
-        add(t)
-
-    # ---- 2. alphabet (sorted word order makes everything below independent of the input's dict order)
+    vocab = _Vocab()
+    for t in special_tokens:  # 1. special tokens
+        vocab.add(t)
     counts = _clean_counts(word_counts, max_input_chars_per_word)
+    kept = _add_alphabet(vocab, counts, limit_alphabet, prefix, vocab_size, len(special_tokens))  # 2.
+    words, weights = _training_words(counts, kept, vocab.token_to_id, prefix)  # 3.
+    _merge_until_full(vocab, _PairStats(words, weights), vocab_size, min_frequency, prefix, progress)  # 4.
+    return vocab.id_to_token
+
+
+def _add_alphabet(vocab: _Vocab, counts: dict[str, int], limit_alphabet: int | None, prefix: str, vocab_size: int,
+                  n_special: int) -> set[str]:
+    """Add the kept characters (code-point order), then the ``##x`` form of each one that occurs after a word's
+    first position → the kept characters. Raises when the alphabet alone would exceed ``vocab_size``."""
     kept = _alphabet(counts, limit_alphabet)
     continuing = {ch for word in counts for ch in word[1:] if ch in kept}
-    needed = len(id_to_token) + len(kept) + len(continuing)
+    needed = len(vocab) + len(kept) + len(continuing)
     if needed > vocab_size:
         raise DenkiError(f"the alphabet needs {len(kept)} characters + {len(continuing)} '{prefix}' forms; with "
-                         f"{len(special_tokens)} special tokens that is {needed} > vocab_size={vocab_size}: "
+                         f"{n_special} special tokens that is {needed} > vocab_size={vocab_size}: "
                          f"lower limit_alphabet or raise vocab_size")
     for ch in sorted(kept):
-        add(ch)
+        vocab.add(ch)
     for ch in sorted(continuing):
-        add(prefix + ch)
+        vocab.add(prefix + ch)
+    return kept
 
-    # ---- 3. training words as lists of token ids (chars outside the alphabet dropped, as HF does)
+
+def _training_words(counts: dict[str, int], kept: set[str], token_to_id: dict[str, int],
+                    prefix: str) -> tuple[list[list[int]], list[int]]:
+    """Training words as lists of token ids (chars outside the alphabet dropped, as HF does) and their counts.
+    Sorted word order makes everything after this independent of the input's dict order."""
     words: list[list[int]] = []
     weights: list[int] = []
     for word in sorted(counts):
@@ -122,84 +142,114 @@ def train_wordpiece(word_counts: Mapping[str, int], vocab_size: int, *, special_
         if len(syms) >= 2:  # single symbols have no pairs and never change
             words.append(syms)
             weights.append(counts[word])
+    return words, weights
 
-    # ---- 4. pair statistics
-    pair_count: dict[tuple[int, int], int] = {}
-    where: dict[tuple[int, int], set[int]] = {}
-    for wi, syms in enumerate(words):
-        c = weights[wi]
-        for pair in zip(syms, syms[1:]):
-            pair_count[pair] = pair_count.get(pair, 0) + c
-            s = where.get(pair)
-            if s is None:
-                where[pair] = {wi}
-            else:
-                s.add(wi)
-    heap = [(-c, a, b) for (a, b), c in pair_count.items()]
-    heapq.heapify(heap)
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+class _PairStats:
+    """Exact pair statistics, updated incrementally: ``count`` (pair → summed word counts), ``where`` (pair → the
+    indices of the words holding it) and a max-heap of ``(-count, left id, right id)`` with lazy invalidation (an
+    entry is trusted only if its count equals the current count)."""
 
-        bar = tqdm(total=vocab_size, initial=len(id_to_token), unit=" tokens", desc="wordpiece: merges")
-    plen = len(prefix)
-    min_count = max(int(min_frequency), 1)
-    while len(id_to_token) < vocab_size and heap:
-        neg, a, b = heapq.heappop(heap)
-        count = -neg
-        if pair_count.get((a, b), 0) != count:
-            continue  # stale entry: the current count was pushed when it changed
-        if count < min_count:
-            break  # the heap's best is exact, so no pair reaches min_frequency any more
-        right = id_to_token[b]
-        new_token = id_to_token[a] + (right[plen:] if plen and right.startswith(prefix) else right)
-        before = len(id_to_token)
-        new = add(new_token)
-        if bar is not None and len(id_to_token) > before:
-            bar.update(1)
-        # Re-count only the words that contain the pair: remove their old pairs, merge, add their new pairs.
-        delta: dict[tuple[int, int], int] = {}
-        for wi in sorted(where.pop((a, b))):
-            syms = words[wi]
+    def __init__(self, words: list[list[int]], weights: list[int]):
+        self.words, self.weights = words, weights
+        self.count: dict[tuple[int, int], int] = {}
+        self.where: dict[tuple[int, int], set[int]] = {}
+        for wi, syms in enumerate(words):
             c = weights[wi]
-            old_pairs = list(zip(syms, syms[1:]))
-            merged: list[int] = []
-            i, n = 0, len(syms)
-            while i < n:
-                if i + 1 < n and syms[i] == a and syms[i + 1] == b:
-                    merged.append(new)
-                    i += 2
+            for pair in zip(syms, syms[1:]):
+                self.count[pair] = self.count.get(pair, 0) + c
+                s = self.where.get(pair)
+                if s is None:
+                    self.where[pair] = {wi}
                 else:
-                    merged.append(syms[i])
-                    i += 1
-            words[wi] = merged
-            new_pairs = list(zip(merged, merged[1:]))
+                    s.add(wi)
+        self.heap = [(-c, a, b) for (a, b), c in self.count.items()]
+        heapq.heapify(self.heap)
+
+    def pop_best(self) -> tuple[int, int, int] | None:
+        """The current best pair ``(count, a, b)`` (ties: lower ids), or None when no pair is left."""
+        while self.heap:
+            neg, a, b = heapq.heappop(self.heap)
+            if self.count.get((a, b), 0) == -neg:
+                return -neg, a, b
+            # stale entry: the current count was pushed when it changed
+        return None
+
+    def merge(self, a: int, b: int, new: int) -> None:
+        """Merge ``a b`` → ``new`` in every word that holds the pair. Re-count only those words: remove their old
+        pairs, merge, add their new pairs."""
+        delta: dict[tuple[int, int], int] = {}
+        for wi in sorted(self.where.pop((a, b))):
+            syms = self.words[wi]
+            c = self.weights[wi]
+            merged = _merge_word(syms, a, b, new)
+            self.words[wi] = merged
+            old_pairs, new_pairs = list(zip(syms, syms[1:])), list(zip(merged, merged[1:]))
             for p in old_pairs:
                 delta[p] = delta.get(p, 0) - c
             for p in new_pairs:
                 delta[p] = delta.get(p, 0) + c
             old_set, new_set = set(old_pairs), set(new_pairs)
             for p in old_set - new_set:
-                s = where.get(p)
+                s = self.where.get(p)
                 if s is not None:
                     s.discard(wi)
             for p in new_set - old_set:
-                s = where.get(p)
+                s = self.where.get(p)
                 if s is None:
-                    where[p] = {wi}
+                    self.where[p] = {wi}
                 else:
                     s.add(wi)
         for p, d in delta.items():
             if not d:
                 continue
-            c = pair_count.get(p, 0) + d
+            c = self.count.get(p, 0) + d
             if c > 0:
-                pair_count[p] = c
-                heapq.heappush(heap, (-c, p[0], p[1]))
+                self.count[p] = c
+                heapq.heappush(self.heap, (-c, p[0], p[1]))
             else:  # 0: the pair is gone (the merged pair always ends here)
-                pair_count.pop(p, None)
-                where.pop(p, None)
+                self.count.pop(p, None)
+                self.where.pop(p, None)
+
+
+def _merge_word(syms: list[int], a: int, b: int, new: int) -> list[int]:
+    """``syms`` with every ``a b`` replaced by ``new``, left to right, non-overlapping."""
+    merged: list[int] = []
+    i, n = 0, len(syms)
+    while i < n:
+        if i + 1 < n and syms[i] == a and syms[i + 1] == b:
+            merged.append(new)
+            i += 2
+        else:
+            merged.append(syms[i])
+            i += 1
+    return merged
+
+
+def _merge_until_full(vocab: _Vocab, pairs: _PairStats, vocab_size: int, min_frequency: int, prefix: str,
+                      progress: bool) -> None:
+    """Merge the best pair, add its token, repeat: until the vocabulary has ``vocab_size`` tokens, no pair is left,
+    or the best pair's count is below ``min_frequency``."""
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=vocab_size, initial=len(vocab), unit=" tokens", desc="wordpiece: merges")
+    plen = len(prefix)
+    min_count = max(int(min_frequency), 1)
+    while len(vocab) < vocab_size:
+        best = pairs.pop_best()
+        if best is None:
+            break
+        count, a, b = best
+        if count < min_count:
+            break  # the heap's best is exact, so no pair reaches min_frequency any more
+        right = vocab.id_to_token[b]
+        new_token = vocab.id_to_token[a] + (right[plen:] if plen and right.startswith(prefix) else right)
+        before = len(vocab)
+        new = vocab.add(new_token)
+        if bar is not None and len(vocab) > before:
+            bar.update(1)
+        pairs.merge(a, b, new)
     if bar is not None:
         bar.close()
-    return id_to_token

@@ -25,6 +25,7 @@ Read it in this order: :mod:`.plan` (tasks, settings, budgets, the sampled task 
 :func:`~pretrain.experiment.run.run_experiment`, which runs them) → :mod:`.report` (medians over seeds,
 ELECTRA − MLM against seed noise, collapse flags, ``report.json`` / ``report.md`` / ``score_vs_flops.png``).
 
-May import: :mod:`pretrain.train`, ``models/`` (classify, qa, bundle, text, io). Inside, one way:
+May import: :mod:`pretrain.train`, :mod:`pretrain.settings`, ``models/`` (classify, qa, bundle, text, io). Inside,
+one way:
 ``run → report → plan``.
 """

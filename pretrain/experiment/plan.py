@@ -11,6 +11,10 @@ from pathlib import Path
 
 from denki.models.io.errors import DenkiError, InputError
 from denki.models.io.fileio import atomic_write_json, atomic_write_text
+from denki.models.registry.tasks import by_command, task_for
+
+#: the tasks an experiment can fine-tune, by their command names (run.py has a recipe for each)
+EXPERIMENT_TASKS = (task_for("classifier").command, task_for("qa").command)
 
 # ------------------------------------------------------------------------------------------------ tasks
 #: built-in task names → files in the shared data folder (see ../shared/data/README.md)
@@ -35,16 +39,26 @@ QA_SPAN_METRIC = "HasAns_span_f1"  # best non-null span on answerable questions 
 @dataclass
 class TaskSpec:
     name: str
-    kind: str            # classify | qa
+    kind: str            # the task's command: classify | qa
     train: str
     dev: str
     text_field: str = "text"
     label_field: str = "label"
 
     @property
+    def task(self):
+        """The registered task (:mod:`models.registry`) this spec fine-tunes."""
+        return by_command(self.kind)
+
+    @property
+    def is_qa(self) -> bool:
+        """Extractive QA (SQuAD 2.0 data, spans) rather than classification (labelled records)."""
+        return self.task is task_for("qa")
+
+    @property
     def metric(self) -> str:
         """The headline dev metric: macro-F1 (classification), best-threshold F1 (SQuAD 2.0)."""
-        return "macro_f1" if self.kind == "classify" else "best_f1"
+        return self.task.experiment_metric
 
 
 def default_data_dir() -> str:
@@ -61,7 +75,7 @@ def parse_task(text: str, data_dir: str | os.PathLike) -> TaskSpec:
     elif "=" in text:
         name, rest = text.split("=", 1)
         parts = rest.split(":")
-        if len(parts) < 3 or parts[0] not in ("classify", "qa"):
+        if len(parts) < 3 or parts[0] not in EXPERIMENT_TASKS:
             raise DenkiError(f"--task {text!r}: expected NAME=classify:TRAIN:DEV[:TEXTFIELD[:LABELFIELD]] or "
                              "NAME=qa:TRAIN:DEV")
         spec = TaskSpec(name=name, kind=parts[0], train=parts[1], dev=parts[2],
@@ -74,7 +88,7 @@ def parse_task(text: str, data_dir: str | os.PathLike) -> TaskSpec:
                             text_field=d.get("text_field", "text"), label_field=d.get("label_field", "label"))
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise InputError(f"task definition: {e}", path=text) from e
-        if spec.kind not in ("classify", "qa"):
+        if spec.kind not in EXPERIMENT_TASKS:
             raise InputError(f"task kind must be classify or qa, got {spec.kind!r}", path=text, field="kind")
     else:
         raise DenkiError(f"unknown task {text!r}: built-in tasks are {', '.join(BUILTIN_TASKS)}; or define one as "
@@ -129,6 +143,35 @@ class ExperimentConfig:
     progress: bool = True
     extra: dict = field(default_factory=dict)
 
+    @classmethod
+    def from_args(cls, args) -> "ExperimentConfig":
+        """The settings of `denki experiment electra-vs-mlm`'s parsed ``args``: every option named as its field,
+        plus those the CLI spells differently (tasks, budgets, objectives, the ``--no-…`` switches, 0 = all)."""
+        import dataclasses
+
+        data_dir = args.data_dir or default_data_dir()
+        names = [t.strip() for t in args.tasks.split(",") if t.strip()] + list(args.task)
+        if not names:
+            raise DenkiError("give --tasks (built-in names) and/or --task SPEC")
+        kw = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+        kw.update(corpus=list(args.corpus), tasks=[parse_task(n, data_dir) for n in names],
+                  budgets=parse_budgets(args.flops_budgets), objectives=parse_objectives(args.objectives),
+                  random_init=not args.no_random_init, max_train=args.max_train or None,
+                  max_dev=args.max_dev or None, progress=not args.no_progress)
+        return cls(**kw)
+
+    def pretrain_config(self, objective: str, budget: float, out: str):
+        """The :class:`~pretrain.settings.PretrainConfig` of one pretraining run of the experiment (``objective``
+        at ``budget`` FLOPs into ``out``); what the experiment does not set keeps `denki pretrain`'s default."""
+        from denki.pretrain.settings import PretrainConfig
+
+        return PretrainConfig(corpus=list(self.corpus), tokenizer=self.tokenizer, out=out, size=self.size,
+                              objective=objective, max_flops=budget, steps=None, batch_size=self.batch_size,
+                              seq_len=self.seq_len, lr=self.pretrain_lr, seed=self.pretrain_seed,
+                              device=self.device, cache_dir=self.cache_dir, progress=self.progress,
+                              share_embeddings=self.embeddings == "shared", dropout=self.pretrain_dropout,
+                              disc_weight=self.disc_weight, mask_prob=self.mask_prob)
+
     def finetune_identity(self) -> dict:
         """What a cached fine-tuning result depends on besides its (model, task, seed) directory name."""
         return {"size": self.size, "batch_size": self.batch_size, "seq_len": self.seq_len,
@@ -136,6 +179,21 @@ class ExperimentConfig:
                 "lr": self.lr, "max_length": self.max_length, "qa_max_length": self.qa_max_length,
                 "qa_doc_stride": self.qa_doc_stride, "max_train": self.max_train, "max_dev": self.max_dev,
                 "class_weights": self.class_weights}
+
+
+def field_default(name: str):
+    """The default of :class:`ExperimentConfig`'s field ``name`` (what the CLI's options default to)."""
+    return ExperimentConfig.__dataclass_fields__[name].default
+
+
+def parse_objectives(text: str) -> tuple[str, ...]:
+    """``--objectives electra,mlm`` → ``("electra", "mlm")`` (each once, in the order given)."""
+    objs = tuple(dict.fromkeys(o.strip() for o in text.split(",") if o.strip()))
+    bad = [o for o in objs if o not in ("electra", "mlm")]
+    if bad or not objs:
+        raise DenkiError(f"--objectives takes electra and/or mlm (comma-separated), not {text!r}"
+                         " (the ELECTRA 15% ablation has its own flag, --electra15)")
+    return objs
 
 
 def parse_budgets(text: str) -> list[float]:
@@ -174,7 +232,7 @@ def prepare_task_data(spec: TaskSpec, out_dir: Path, max_train: int | None, max_
         return local
     d.mkdir(parents=True, exist_ok=True)
     counts = {}
-    if spec.kind == "classify":
+    if not spec.is_qa:
         from denki.models.io.records import iter_records
 
         fields = [f for f in spec.text_field.split("+") if f] + [spec.label_field]

@@ -53,7 +53,7 @@ def trivial_reference(task: TaskSpec) -> dict:
     """The score of a constant answer on the (subsampled) dev set — what a model that learnt nothing gets:
     the train-majority label (classification macro-F1), or "no answer" everywhere (SQuAD 2.0 F1)."""
     rows = [json.loads(x) for x in Path(task.dev).read_text(encoding="utf-8").splitlines() if x.strip()]
-    if task.kind == "qa":
+    if task.is_qa:
         no_ans = sum(1 for r in rows if r.get("is_impossible"))
         return {"answer": "always no answer", "score": 100.0 * no_ans / max(1, len(rows))}
     train = [json.loads(x)[task.label_field]
@@ -79,7 +79,7 @@ def build_report(cfg: ExperimentConfig, models: list[Model], tasks: list[TaskSpe
     # QA gets a second table: the best non-null span's F1 on answerable questions (null decision off), the
     # number that still separates encoders while every tiny model answers "no answer" to everything
     views = [(t.name, t, t.metric) for t in tasks]
-    views += [(f"{t.name} (span F1)", t, QA_SPAN_METRIC) for t in tasks if t.kind == "qa"]
+    views += [(f"{t.name} (span F1)", t, QA_SPAN_METRIC) for t in tasks if t.is_qa]
     for name, t, metric in views:
         cells = {}
         for m in models:
@@ -192,54 +192,77 @@ def collapse_flags(report: dict) -> dict:
 
 
 def render_markdown(report: dict) -> str:
+    """``report.md``: the settings, one table per task, the verdicts, the pretraining diagnostics and the ablation."""
+    L = _md_header(report)
+    verdicts = []
+    for name, res in report["results"].items():
+        L += _md_task_table(report, name, res, verdicts)
+    L += _md_verdicts(verdicts)
+    L += _md_trivial_cells(report)
+    L += _md_diagnostics(report)
+    L += _md_ablation(report)
+    L.append("")
+    return "\n".join(L)
+
+
+def _md_header(report: dict) -> list[str]:
+    """Title, command, sizes, budgets, seeds, corpus and the pretraining settings (and a partial report's note)."""
+    st = report["settings"]
     L = ["# ELECTRA vs MLM at equal pretraining compute", "",
          f"Command: `{report['command']}`", "",
          f"Size `{report['size']}`, budgets {', '.join(f'{b:.3g}' for b in report['budgets'])} FLOPs, "
          f"{report['seeds']} fine-tuning seed(s) per cell; corpus: {', '.join(f'`{c}`' for c in report['corpus'])}. "
          "Cells: median over seeds (min–max). Fine-tuning uses the [CLS] representation.", "",
          "Pretraining: batch {batch_size} × {seq_len}, lr {lr}, mask rate {mask}, ELECTRA λ {lam}, embeddings {emb}, "
-         "dropout {drop}.".format(lam=report["settings"].get("disc_weight", 50.0),
-             mask=report["settings"].get("mask_prob", 0.15),
-             batch_size=report["settings"].get("batch_size"), seq_len=report["settings"].get("seq_len"),
-             lr=report["settings"].get("pretrain_lr") or "per-size default",
-             emb=report["settings"].get("embeddings", "shared"),
-             drop=report["settings"].get("pretrain_dropout") if report["settings"].get("pretrain_dropout")
-             is not None else "0.1"), ""]
+         "dropout {drop}.".format(lam=st.get("disc_weight", 50.0), mask=st.get("mask_prob", 0.15),
+                                  batch_size=st.get("batch_size"), seq_len=st.get("seq_len"),
+                                  lr=st.get("pretrain_lr") or "per-size default",
+                                  emb=st.get("embeddings", "shared"),
+                                  drop=st.get("pretrain_dropout") if st.get("pretrain_dropout") is not None
+                                  else "0.1"), ""]
     if not report.get("complete", True):
         L += [f"**Partial report: {report['finetune_runs_done']} of {report['finetune_runs_planned']} fine-tuning "
               "runs done (re-run the command to continue).**", ""]
-    verdicts = []
-    for name, res in report["results"].items():
-        has15 = any(c["objective"] == "electra15" for c in res["cells"].values())
-        L += [f"## {name} ({res['kind']}, dev {res['metric']})", "",
-              "| budget (FLOPs) | ELECTRA | MLM | " + ("ELECTRA 15% | " if has15 else "") +
-              "random init | ELECTRA − MLM | seed SD | verdict |",
-              "|---|---|---|---|---|---|---|" + ("---|" if has15 else "")]
-        rnd = res["cells"].get("random")
-        for b in report["budgets"]:
-            tag = budget_tag(b)
-            e, m = res["cells"].get(f"electra-{tag}"), res["cells"].get(f"mlm-{tag}")
-            c = res["electra_vs_mlm"].get(tag, {})
+    return L
 
-            nd = 3 if res["metric"] == "macro_f1" else 1  # macro-F1 in [0, 1]; SQuAD F1 in [0, 100]
 
-            def cell(x):
-                return "—" if not x else f"{x['median']:.{nd}f} ({x['min']:.{nd}f}–{x['max']:.{nd}f})"
+def _md_task_table(report: dict, name: str, res: dict, verdicts: list) -> list[str]:
+    """One task's table: a row per budget (ELECTRA, MLM, [ELECTRA 15%], random init, the difference, seed SD,
+    verdict); each budget's comparison is appended to ``verdicts``."""
+    has15 = any(c["objective"] == "electra15" for c in res["cells"].values())
+    L = [f"## {name} ({res['kind']}, dev {res['metric']})", "",
+         "| budget (FLOPs) | ELECTRA | MLM | " + ("ELECTRA 15% | " if has15 else "") +
+         "random init | ELECTRA − MLM | seed SD | verdict |",
+         "|---|---|---|---|---|---|---|" + ("---|" if has15 else "")]
+    rnd = res["cells"].get("random")
+    nd = 3 if res["metric"] == "macro_f1" else 1  # macro-F1 in [0, 1]; SQuAD F1 in [0, 100]
 
-            e15 = f"{cell(res['cells'].get(f'electra15-{tag}'))} | " if has15 else ""
-            L.append(f"| {b:.3g} | {cell(e)} | {cell(m)} | {e15}{cell(rnd)} | {_f(c.get('electra_minus_mlm'), nd)} | "
-                     f"{_f(c.get('seed_sd_pooled'), nd)} | {c.get('verdict', '—')} |")
-            if c:
-                verdicts.append((name, b, c))
-        if res["metric"] == QA_SPAN_METRIC:
-            L += ["", "F1 of the best non-null span on the answerable dev questions, as if the model always "
-                      "answered (the null decision switched off): it separates encoders even when all of them "
-                      "still answer \"no answer\" everywhere and the headline best_f1 equals the no-answer share."]
-        if res.get("trivial"):
-            L += ["", f"Reference: a constant answer ({res['trivial']['answer']}) scores "
-                      f"{res['trivial']['score']:.{3 if res['metric'] == 'macro_f1' else 1}f} on this dev set."]
-        L.append("")
-    L += ["## Does ELECTRA win at this scale?", ""]
+    def cell(x):
+        return "—" if not x else f"{x['median']:.{nd}f} ({x['min']:.{nd}f}–{x['max']:.{nd}f})"
+
+    for b in report["budgets"]:
+        tag = budget_tag(b)
+        e, m = res["cells"].get(f"electra-{tag}"), res["cells"].get(f"mlm-{tag}")
+        c = res["electra_vs_mlm"].get(tag, {})
+        e15 = f"{cell(res['cells'].get(f'electra15-{tag}'))} | " if has15 else ""
+        L.append(f"| {b:.3g} | {cell(e)} | {cell(m)} | {e15}{cell(rnd)} | {_f(c.get('electra_minus_mlm'), nd)} | "
+                 f"{_f(c.get('seed_sd_pooled'), nd)} | {c.get('verdict', '—')} |")
+        if c:
+            verdicts.append((name, b, c))
+    if res["metric"] == QA_SPAN_METRIC:
+        L += ["", "F1 of the best non-null span on the answerable dev questions, as if the model always "
+                  "answered (the null decision switched off): it separates encoders even when all of them "
+                  "still answer \"no answer\" everywhere and the headline best_f1 equals the no-answer share."]
+    if res.get("trivial"):
+        L += ["", f"Reference: a constant answer ({res['trivial']['answer']}) scores "
+                  f"{res['trivial']['score']:.{3 if res['metric'] == 'macro_f1' else 1}f} on this dev set."]
+    L.append("")
+    return L
+
+
+def _md_verdicts(verdicts: list) -> list[str]:
+    """"Does ELECTRA win at this scale?": each task × budget comparison and the count of wins."""
+    L = ["## Does ELECTRA win at this scale?", ""]
     wins = [v for v in verdicts if v[2]["verdict"] == "ELECTRA wins"]
     losses = [v for v in verdicts if v[2]["verdict"] == "MLM wins"]
     for name, b, c in verdicts:
@@ -248,6 +271,11 @@ def render_markdown(report: dict) -> str:
                  f"{c['verdict']}.")
     L += ["", (f"**ELECTRA wins (by more than 2 seed SDs) in {len(wins)} of {len(verdicts)} task×budget "
                f"comparisons; MLM wins in {len(losses)}; the rest are within seed noise or unmeasured.**"), ""]
+    return L
+
+
+def _md_trivial_cells(report: dict) -> list[str]:
+    """How many cells are no better than a constant answer."""
     n_cells, n_trivial = 0, 0
     for res in report["results"].values():
         if not res.get("trivial"):
@@ -256,22 +284,27 @@ def render_markdown(report: dict) -> str:
         for c in res["cells"].values():
             n_cells += 1
             n_trivial += c["median"] <= res["trivial"]["score"] + tol
-    if n_cells:
-        L += [f"{n_trivial} of {n_cells} cells (medians) are no better than a constant answer (within 0.01 "
-              "macro-F1 / 1 F1 point): " + ("at this scale the comparison says nothing about the objectives "
-                                             "beyond that." if n_trivial == n_cells else "see the tables."), ""]
-    L += ["![score vs FLOPs](score_vs_flops.png)", "",
-          "## Replaced-token-detection diagnostics (end of pretraining)", "",
-          "gen_acc = generator (ELECTRA) or MLM accuracy on masked positions; replace rate = fraction of non-pad "
-          "tokens the generator's sample changed; 'all original' = the discriminator accuracy of always answering "
-          "*original*; precision/recall with *replaced* = positive. [CLS] probe: std of the final-layer [CLS] "
-          "vector across 64 corpus lines (mean over hidden dims), the same for all token vectors, and their ratio. "
-          "These are final-LayerNorm outputs, so the stds compare across models: a collapsed, input-independent "
-          "[CLS] (std ≈ 0) gives a CLS classifier nothing to start from. Even a random-init encoder's [CLS] varies "
-          "little (the same token at the same position everywhere), so compare with its row.", "",
-          "| model | steps | FLOPs | wall s | gen/MLM acc | replace rate | disc acc | 'all original' | disc P | "
-          "disc R | [CLS] std | token std | ratio |",
-          "|" + "---|" * 13]
+    if not n_cells:
+        return []
+    return [f"{n_trivial} of {n_cells} cells (medians) are no better than a constant answer (within 0.01 "
+            "macro-F1 / 1 F1 point): " + ("at this scale the comparison says nothing about the objectives "
+                                           "beyond that." if n_trivial == n_cells else "see the tables."), ""]
+
+
+def _md_diagnostics(report: dict) -> list[str]:
+    """The plot, the end-of-pretraining diagnostics table (with the [CLS] probe) and what it says."""
+    L = ["![score vs FLOPs](score_vs_flops.png)", "",
+         "## Replaced-token-detection diagnostics (end of pretraining)", "",
+         "gen_acc = generator (ELECTRA) or MLM accuracy on masked positions; replace rate = fraction of non-pad "
+         "tokens the generator's sample changed; 'all original' = the discriminator accuracy of always answering "
+         "*original*; precision/recall with *replaced* = positive. [CLS] probe: std of the final-layer [CLS] "
+         "vector across 64 corpus lines (mean over hidden dims), the same for all token vectors, and their ratio. "
+         "These are final-LayerNorm outputs, so the stds compare across models: a collapsed, input-independent "
+         "[CLS] (std ≈ 0) gives a CLS classifier nothing to start from. Even a random-init encoder's [CLS] varies "
+         "little (the same token at the same position everywhere), so compare with its row.", "",
+         "| model | steps | FLOPs | wall s | gen/MLM acc | replace rate | disc acc | 'all original' | disc P | "
+         "disc R | [CLS] std | token std | ratio |",
+         "|" + "---|" * 13]
     rows = list(report["pretraining"])
     if report.get("random_init_probe"):
         rows.append({"model": "random", "cls_probe": report["random_init_probe"]})
@@ -283,12 +316,18 @@ def render_markdown(report: dict) -> str:
                  f"{_f(r.get('replace_rate'))} | {_f(r.get('disc_acc'))} | {_f(r.get('all_original_acc'))} | "
                  f"{_f(r.get('disc_precision'))} | {_f(r.get('disc_recall'))} | {_f(p.get('cls_std'), 4)} | "
                  f"{_f(p.get('token_std'), 4)} | {_f(p.get('cls_relative_std'), 4)} |")
+    L.append("")
+    return L + _md_collapse_notes(report)
+
+
+def _md_collapse_notes(report: dict) -> list[str]:
+    """Plain-words notes on stuck discriminators and collapsed [CLS] / output vectors."""
+    L = []
     stuck = [r["model"] for r in report["pretraining"]
              if r.get("disc_recall") is not None and (r["disc_recall"] or 0) < 0.05]
     flags = collapse_flags(report)
     collapsed = [m for m, f in flags.items() if f["cls_collapsed"]]
     all_collapsed = [m for m, f in flags.items() if f["tokens_collapsed"]]
-    L.append("")
     if stuck:
         L.append(f"At these budgets the discriminator of {', '.join(stuck)} has recall < 5% on replaced tokens: "
                  "it has (nearly) not left the trivial 'everything is original' answer, so replaced-token "
@@ -301,26 +340,30 @@ def render_markdown(report: dict) -> str:
         L.append(f"In {', '.join(all_collapsed)} every output vector has collapsed (token std below a tenth of the "
                  "random-init encoder's): the encoder maps all inputs to (almost) the same output, the state a "
                  "discriminator reaches when it answers 'original' everywhere.")
-    if report["ablation_electra_15"] == "included":
-        L += ["", "## Ablation: ELECTRA 15%", "",
-              "The discriminator loss averaged over the masked positions only (paper Table 5: ELECTRA 85.0 vs "
-              "ELECTRA 15% 82.4 GLUE, i.e. most of ELECTRA's gain comes from learning from all tokens).", ""]
-        for name, res in report["results"].items():
-            for tag, c in res.get("electra_vs_electra15", {}).items():
-                noise = _noise_text(c)
-                verdict = c["verdict"].replace("MLM", "ELECTRA 15%")
-                L.append(f"- {name} at {tag} FLOPs: ELECTRA − ELECTRA 15% = {c['electra_minus_mlm']:+.3g} "
-                         f"({noise}) → {verdict}.")
-    else:
-        L += ["", "## Not included", "",
-              "- The paper's *ELECTRA 15%* ablation (discriminator loss only on the masked positions; paper Table "
-              "5: 82.4 vs 85.0 GLUE): " + report["ablation_electra_15"] + ".", ""]
-    L.append("")
-    return "\n".join(L)
+    return L
 
 
-def write_report(out: Path, report: dict) -> None:
+def _md_ablation(report: dict) -> list[str]:
+    """The ELECTRA 15% ablation's comparisons, or a note that it was not run."""
+    if report["ablation_electra_15"] != "included":
+        return ["", "## Not included", "",
+                "- The paper's *ELECTRA 15%* ablation (discriminator loss only on the masked positions; paper Table "
+                "5: 82.4 vs 85.0 GLUE): " + report["ablation_electra_15"] + ".", ""]
+    L = ["", "## Ablation: ELECTRA 15%", "",
+         "The discriminator loss averaged over the masked positions only (paper Table 5: ELECTRA 85.0 vs "
+         "ELECTRA 15% 82.4 GLUE, i.e. most of ELECTRA's gain comes from learning from all tokens).", ""]
+    for name, res in report["results"].items():
+        for tag, c in res.get("electra_vs_electra15", {}).items():
+            noise = _noise_text(c)
+            verdict = c["verdict"].replace("MLM", "ELECTRA 15%")
+            L.append(f"- {name} at {tag} FLOPs: ELECTRA − ELECTRA 15% = {c['electra_minus_mlm']:+.3g} "
+                     f"({noise}) → {verdict}.")
+    return L
+
+
+def write_experiment_report(out_dir: Path, report: dict) -> None:
+    """``OUT/report.json``, ``OUT/report.md`` and ``OUT/score_vs_flops.png`` (with the collapse flags added)."""
     report["collapse"] = collapse_flags(report)
-    plot_score_vs_flops(report, out / "score_vs_flops.png")
-    atomic_write_json(out / "report.json", report)
-    atomic_write_text(out / "report.md", render_markdown(report))
+    plot_score_vs_flops(report, out_dir / "score_vs_flops.png")
+    atomic_write_json(out_dir / "report.json", report)
+    atomic_write_text(out_dir / "report.md", render_markdown(report))

@@ -13,20 +13,15 @@ from denki.models.io.errors import DenkiError
 from denki.models.io.fileio import atomic_write_json
 
 from .plan import QA_SPAN_METRIC, ExperimentConfig, Model, TaskSpec, budget_tag, prepare_task_data
-from .report import build_report, write_report
+from .report import build_report, write_experiment_report
+
 
 def _pretrain_stage(cfg: ExperimentConfig, objective: str, budget: float) -> Model:
-    from denki.pretrain.train import PretrainConfig, run_pretrain
+    from denki.pretrain.train import run_pretrain
 
     mid = f"{objective}-{budget_tag(budget)}"
     run = Path(cfg.out) / "pretrain" / mid
-    pc = PretrainConfig(corpus=list(cfg.corpus), tokenizer=cfg.tokenizer, out=str(run), size=cfg.size,
-                        objective=objective, max_flops=budget, steps=None, batch_size=cfg.batch_size,
-                        seq_len=cfg.seq_len, lr=cfg.pretrain_lr, seed=cfg.pretrain_seed, device=cfg.device,
-                        cache_dir=cfg.cache_dir, progress=cfg.progress,
-                        share_embeddings=cfg.embeddings == "shared", dropout=cfg.pretrain_dropout,
-                        disc_weight=cfg.disc_weight, mask_prob=cfg.mask_prob)
-    run_pretrain(pc)
+    run_pretrain(cfg.pretrain_config(objective, budget, str(run)))
     return Model(mid, objective, budget, run, run / "bundle")
 
 
@@ -101,7 +96,7 @@ def _finetune_stage(cfg: ExperimentConfig, model: Model, task: TaskSpec, seed: i
     if d.exists():  # a run killed half-way: start it again from scratch (fine-tuning runs are short)
         shutil.rmtree(d)
     t0 = time.perf_counter()
-    if task.kind == "classify":
+    if not task.is_qa:
         from denki.models.classify.finetune import FinetuneConfig, finetune
 
         ep = {} if cfg.epochs is None else {"epochs": int(max(1, round(cfg.epochs)))}
@@ -113,18 +108,18 @@ def _finetune_stage(cfg: ExperimentConfig, model: Model, task: TaskSpec, seed: i
         res = {"macro_f1": s["macro_f1"], "accuracy": s["accuracy"], "best_epoch": s["best_epoch"],
                "epochs_run": s["epochs_run"], "lr": rep["config"].get("lr")}
     else:
-        from denki.models.qa.finetune import finetune_qa
+        from denki.models.qa.finetune import QAFinetuneConfig, finetune as finetune_qa
 
         kw = {"lr": cfg.lr} if cfg.lr is not None else {}
         if cfg.epochs is not None:
             kw["epochs"] = cfg.epochs
-        rep = finetune_qa(model=str(model.bundle), train=task.train, dev=task.dev, out=str(d),
-                          max_length=cfg.qa_max_length,
-                          doc_stride=cfg.qa_doc_stride or cfg.qa_max_length // 2, seeds=1, seed=seed,
-                          device=cfg.device, progress=cfg.progress,
-                          # the same QA recipe for every encoder of an experiment (finetune qa's default would
-                          # train the answerable head for ELECTRA bundles only), as its earlier cells were run
-                          answerable_head=False, **kw)
+        qc = QAFinetuneConfig(max_length=cfg.qa_max_length,
+                              doc_stride=cfg.qa_doc_stride or cfg.qa_max_length // 2, seeds=[seed],
+                              device=cfg.device, progress=cfg.progress,
+                              # the same QA recipe for every encoder of an experiment (finetune qa's default would
+                              # train the answerable head for ELECTRA bundles only), as its earlier cells were run
+                              answerable_head=False, **kw)
+        rep = finetune_qa(model=str(model.bundle), train_path=task.train, dev_path=task.dev, out_dir=str(d), cfg=qc)
         m = rep["seeds"][0]["dev_metrics"]
         res = {k: m.get(k) for k in ("best_f1", "f1", "exact", "HasAns_f1", "NoAns_exact", "best_exact",
                                      QA_SPAN_METRIC)}
@@ -258,7 +253,7 @@ def _finetune_serial(cfg: ExperimentConfig, models: list[Model], tasks: list[Tas
                     print(f"    → {t.metric} {r[t.metric]:.4f} ({r['seconds']:.0f}s)", flush=True)
             if fresh or (s == cfg.seeds - 1 and m is models[-1]):
                 report = build_report(cfg, models, tasks, results, probes)
-                write_report(out, report)
+                write_experiment_report(out, report)
     return report
 
 
@@ -275,7 +270,7 @@ def _finetune_parallel(cfg: ExperimentConfig, models: list[Model], tasks: list[T
 
     def rewrite_report() -> dict:
         rep = build_report(cfg, models, tasks, [done[k] for k in sorted(done)], probes)
-        write_report(out, rep)
+        write_experiment_report(out, rep)
         return rep
 
     with _pool(cfg) as ex:

@@ -4,7 +4,7 @@
 A checkpoint is an ordinary bundle directory (``manifest.json``, ``config.json``, ``model.safetensors``, the
 tokenizer files; a pretrained ELECTRA also its ``generator/``) plus two files of its own:
 
-* ``card.json`` — what ``denki checkpoints`` lists: at least ``name``, ``kind`` (``pretrained`` or ``qa``),
+* ``card.json`` — what ``denki checkpoints`` lists: at least ``name``, ``kind`` (``pretrained`` or a task's, e.g. ``qa``),
   ``description``, ``size``, ``parameters``, ``flops``, ``corpus``, ``licence``, ``dev_scores``, ``command``;
 * ``README.md`` — the model card for people (corpus and sha256s, FLOPs, steps, the command, licence, scores);
 
@@ -26,7 +26,15 @@ from denki.models.io.fileio import sha256_file
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
 CARD = "card.json"
 SUMS = "SHA256SUMS"
-KINDS = ("pretrained", "qa")
+
+
+def checkpoint_kinds() -> tuple[str, ...]:
+    """What a checkpoint can be: a PyTorch bundle, ``pretrained`` or a registered task's (never an ONNX bundle:
+    export one from it)."""
+    from denki.models.bundle.format import PRETRAINED
+    from denki.models.registry.tasks import torch_kinds
+
+    return (PRETRAINED, *torch_kinds())
 
 
 def checkpoint_dirs() -> list[Path]:
@@ -46,8 +54,9 @@ def read_card(folder: str | os.PathLike) -> dict:
     for key in ("name", "kind"):
         if not isinstance(card.get(key), str) or not card[key]:
             raise DenkiError(f"{p}: field {key!r} is missing or not a string")
-    if card["kind"] not in KINDS:
-        raise DenkiError(f"{p}: field 'kind' is {card['kind']!r}, expected one of {', '.join(KINDS)}")
+    kinds = checkpoint_kinds()
+    if card["kind"] not in kinds:
+        raise DenkiError(f"{p}: field 'kind' is {card['kind']!r}, expected one of {', '.join(kinds)}")
     card["path"] = str(Path(folder))
     return card
 
@@ -114,7 +123,7 @@ def write_sums(folder: str | os.PathLike) -> Path:
 def verify_checkpoint(card: dict) -> list[str]:
     """Problems of one checkpoint folder (empty: every file listed in ``SHA256SUMS`` matches, no file is unlisted,
     and the bundle's own manifest verifies)."""
-    from .format import verify_bundle
+    from denki.models.bundle.format import verify_bundle
 
     d = Path(card["path"])
     sums = d / SUMS

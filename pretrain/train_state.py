@@ -1,6 +1,9 @@
-"""Checkpoints without pickle: tensors in safetensors, scalars and RNG states in JSON / uint8 tensors.
+"""A pretraining run's saved training state (what a killed run resumes from), without pickle: tensors in
+safetensors, scalars and RNG states in JSON / uint8 tensors. (Not to be confused with a shipped model in
+``checkpoints/``, :mod:`models.registry.checkpoints`: that is a bundle; this is a run's own resumable state, from which
+``denki pretrain export`` can also write one.)
 
-A checkpoint is a directory ``OUT/checkpoints/step-00000123/``::
+A training state is a directory ``OUT/checkpoints/step-00000123/`` (the folder's name is kept for existing runs)::
 
     model.safetensors      every parameter by name (deduplicated: shared/tied tensors appear once)
     optimizer.safetensors  AdamW state per parameter index (exp_avg, exp_avg_sq, step) + RNG states (uint8)
@@ -28,13 +31,14 @@ from denki.models.io.fileio import atomic_write_json
 STATE = "state.json"
 
 
-def checkpoint_root(out_dir: str | os.PathLike) -> Path:
+def train_state_root(out_dir: str | os.PathLike) -> Path:
+    """The folder of a run's training states, ``OUT/checkpoints``."""
     return Path(out_dir) / "checkpoints"
 
 
-def list_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
-    """Complete checkpoints (those with ``state.json``), oldest first."""
-    root = checkpoint_root(out_dir)
+def list_train_states(out_dir: str | os.PathLike) -> list[Path]:
+    """Complete training states (those with ``state.json``), oldest first."""
+    root = train_state_root(out_dir)
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")
@@ -42,8 +46,9 @@ def list_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))
 
 
-def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
-    cks = list_checkpoints(out_dir)
+def latest_train_state(out_dir: str | os.PathLike) -> Path | None:
+    """The newest complete training state of run ``out_dir`` (None before the first)."""
+    cks = list_train_states(out_dir)
     return cks[-1] if cks else None
 
 
@@ -89,9 +94,10 @@ def load_model_tensors(model: torch.nn.Module, tensors: dict[str, torch.Tensor])
             p.copy_(tensors[name].to(p.device, p.dtype))
 
 
-def save_checkpoint(out_dir, step: int, model, optimizer, scheduler, state: dict, keep: int = 3) -> Path:
-    """Write checkpoint ``step`` atomically and prune to the newest ``keep``. ``state``: JSON-able scalars."""
-    root = checkpoint_root(out_dir)
+def save_train_state(out_dir, step: int, model, optimizer, scheduler, state: dict, keep: int = 3) -> Path:
+    """Write the training state of ``step`` atomically and prune to the newest ``keep``. ``state``: JSON-able
+    scalars."""
+    root = train_state_root(out_dir)
     final = root / f"step-{step:08d}"
     tmp = root / f"step-{step:08d}.partial"
     if tmp.exists():
@@ -114,7 +120,7 @@ def save_checkpoint(out_dir, step: int, model, optimizer, scheduler, state: dict
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    for old in list_checkpoints(out_dir)[:-keep]:
+    for old in list_train_states(out_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -123,7 +129,7 @@ def read_state(ckpt_dir: str | os.PathLike) -> dict:
     return json.loads((Path(ckpt_dir) / STATE).read_text(encoding="utf-8"))
 
 
-def load_checkpoint(ckpt_dir, model, optimizer=None, scheduler=None, *, restore_rng_states: bool = True) -> dict:
+def load_train_state(ckpt_dir, model, optimizer=None, scheduler=None, *, restore_rng_states: bool = True) -> dict:
     """Restore model (and optimizer, scheduler, RNG states when given/asked); return ``state.json``."""
     ckpt = Path(ckpt_dir)
     state = read_state(ckpt)

@@ -2,7 +2,7 @@
 
 * :class:`CheapMaskDropout` — dropout whose keep-mask costs a quarter of the random numbers on a CPU. torch's CPU
   dropout draws one Bernoulli per element from its Mersenne Twister (``aten::bernoulli_``): 24.8 % of a tiny bf16
-  RTD step and 22.8 % of a Small one (experiments/pretrain-profile). Here one 64-bit draw gives four 16-bit
+  RTD step and 22.8 % of a Small one (docs/pretrain.md). Here one 64-bit draw gives four 16-bit
   uniforms, each compared with a threshold: the same Bernoulli(1 − p) keep-mask, with 1 − p rounded to a multiple of
   1/65,536 (0.9 → 0.899994). On CUDA (fused Philox dropout, already cheap) it is torch's own dropout.
   :func:`use_cheap_mask_dropout` swaps every ``nn.Dropout`` of a model for one (no parameters: state dicts, exports
@@ -101,7 +101,7 @@ ATTENTIONS = ("auto", "eager", "sdpa")
 
 def resolve_attention(attention: str, device_type: str) -> str:
     """``auto`` → ``sdpa`` on CUDA (fused kernels), ``eager`` on CPUs: there SDPA measured 0.81× (tiny) / 0.82×
-    (Small) the eager step under bf16 with dropout (experiments/cpu-dropout)."""
+    (Small) the eager step under bf16 with dropout (docs/pretrain.md)."""
     if attention not in ATTENTIONS:
         raise ValueError(f"attention {attention!r}: choose one of {', '.join(ATTENTIONS)}")
     if attention == "auto":

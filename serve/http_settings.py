@@ -1,0 +1,44 @@
+"""The knobs of the HTTP layer of ``denki serve`` (:class:`ServerSettings`), checked when built. Light to import
+(no web framework, no prometheus_client): ``denki serve``'s command line reads its defaults."""
+from dataclasses import dataclass
+
+from denki.models.io.errors import DenkiError
+from denki.serve.humanlog import check_human_log_path
+from denki.serve.microbatch import DEFAULT_MAX_QUEUE_MS, DEFAULT_WAIT_MS, batching_mode
+from denki.serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS
+
+
+@dataclass
+class ServerSettings:
+    """Knobs of the HTTP layer (``denki serve --help`` documents each one)."""
+    batching: str = "auto"  # micro-batching: auto (serve.microbatch.BATCHING_RULE), on, off (True/False too)
+    max_batch: int = 32  # items (texts / question-context pairs) per model call
+    max_wait_ms: float | None = None  # how long the first request of a batch waits for company (None: by device)
+    max_queue: int = 2048  # memory backstop: items waiting per model before 503 (latency is bounded by max_queue_ms)
+    max_queue_ms: float | None = DEFAULT_MAX_QUEUE_MS  # deadline: a model call not started by then → 503 (None: off)
+    max_texts: int = 64  # texts per /v1/classify request
+    max_text_chars: int = MAX_TEXT_CHARS  # characters per text (and per question)
+    max_pairs: int = 16  # question/context pairs per /v1/answer/batch request
+    max_context_chars: int = MAX_CONTEXT_CHARS
+    max_body_bytes: int = 2 * 1024 * 1024  # request body limit (413 beyond)
+    retry_after_s: int = 1  # Retry-After on 503
+    shutdown_timeout_s: float = 30.0  # finishing queued work at shutdown
+    human_log: str | None = None  # JSONL file the human-routed texts are appended to (serve.humanlog; None: off)
+
+    def __post_init__(self):
+        self.batching = batching_mode(self.batching)
+        if self.human_log is not None:
+            self.human_log = check_human_log_path(self.human_log)  # absolute: workers and replicas agree
+        longest_wait = max(DEFAULT_WAIT_MS.values()) if self.max_wait_ms is None else float(self.max_wait_ms)
+        if self.max_queue_ms is not None and not float(self.max_queue_ms) > longest_wait:
+            raise DenkiError(f"max_queue_ms (the deadline, {self.max_queue_ms} ms) must be larger than max_wait_ms "
+                             f"(the batching wait, {longest_wait:g} ms)")
+        if self.max_text_chars > MAX_TEXT_CHARS or self.max_context_chars > MAX_CONTEXT_CHARS:
+            raise DenkiError(f"character limits cannot exceed the runtime's ({MAX_TEXT_CHARS:,} per text, "
+                             f"{MAX_CONTEXT_CHARS:,} per context)")
+        for k in ("max_batch", "max_queue", "max_texts", "max_text_chars", "max_pairs", "max_context_chars",
+                  "max_body_bytes"):
+            if int(getattr(self, k)) < 1:
+                raise DenkiError(f"{k} must be ≥ 1")
+        if self.max_wait_ms is not None and self.max_wait_ms < 0:
+            raise DenkiError("max_wait_ms must be ≥ 0")
