@@ -2,7 +2,7 @@
 torch; a list of steps over the settings :mod:`.config`, the model and one step's loss :mod:`.model`, the features
 and one seed's training loop :mod:`.train`, and the fit of the routing rule on dev :mod:`.routing_rule`) on top of
 batched PyTorch prediction (:mod:`.predict`, torch); the routing decision rule
-(:mod:`.decision`, numpy — the one implementation PyTorch evaluation, the ONNX runtime and the demo call) and
+(:mod:`.decision`, its :mod:`.softmax`, numpy — the one implementation PyTorch evaluation, the ONNX runtime and the demo call) and
 the numpy pieces around it: metrics (:mod:`.metrics`), calibration of the rule on dev (:mod:`.calibration`),
 scoring logits on labelled data (:mod:`.evaluate`), the TF-IDF baseline (:mod:`.baseline`, scikit-learn), its
 numpy copy that a fused router carries (:mod:`.lexical`), the fusion of the two (:mod:`.fusion`) and the report

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from denki.models.classify.softmax import softmax
+
 HUMAN = "human"
 
 
@@ -31,14 +33,6 @@ def out_of_scope(task: dict, lexical_logits, n: int) -> np.ndarray:
     from denki.models.classify.scope import out_of_scope as rule
 
     return rule(task, lexical_logits, n)
-
-
-def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Numerically stable softmax (float64)."""
-    x = np.asarray(x, dtype=np.float64)
-    x = x - x.max(axis=axis, keepdims=True)
-    e = np.exp(x)
-    return e / e.sum(axis=axis, keepdims=True)
 
 
 def rule_params(task: dict, n_labels: int) -> tuple[float, float, np.ndarray]:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from denki.models.classify.softmax import softmax
+
 #: the score kinds a bundle may name (only one today; the name keeps the file readable when another is added)
 SCORES = ("tfidf-msp",)
 #: the in-scope share of dev kept routed by default: measured (docs/classify.md, out of scope), with the router's own
@@ -36,9 +38,7 @@ def scope_scores(task: dict, lexical_logits: np.ndarray) -> np.ndarray:
     z = np.asarray(lexical_logits, dtype=np.float64)
     if z.ndim != 2:
         raise ValueError(f"lexical logits must be (batch, n_labels), got shape {z.shape}")
-    # the top softmax probability, written out: decision.py imports this module, so it cannot import decision's
-    z = z - z.max(axis=1, keepdims=True)
-    return 1.0 / np.exp(z).sum(axis=1)
+    return softmax(z, axis=1).max(axis=1)  # the top softmax probability
 
 
 def out_of_scope(task: dict, lexical_logits: np.ndarray | None, n: int) -> np.ndarray:
