@@ -287,6 +287,10 @@ def _register_qa(sub) -> None:
     p.add_argument("--max-dev-examples", type=int, default=None, help="random subset of the dev questions")
     p.add_argument("--max-steps", type=int, default=d.max_steps,
                    help="stop after this many steps per seed (quick checks)")
+    p.add_argument("--eval-each-epoch", action="store_true", default=d.eval_each_epoch,
+                   help="also score dev after every whole epoch (report.md's epoch table): the curve for choosing "
+                        "--epochs. Mid-schedule scores: the learning rate has not decayed yet, so a run of that many "
+                        "epochs can score higher. Costs one dev pass per epoch")
     p.add_argument("--answerable-head", action=argparse.BooleanOptionalAction, default=d.answerable_head,
                    help="train ELECTRA's answerable classifier on [CLS] beside the span head (its loss added to the "
                         "span loss); the null rule (plain [CLS] score, head, or both) is chosen on dev and stored in "
@@ -312,7 +316,7 @@ def qa_config(args):
                             device=args.device, progress=not args.no_progress, doc_stride=args.doc_stride,
                             max_answer_length=args.max_answer_length, n_best=args.n_best, max_steps=args.max_steps,
                             answerable_head=args.answerable_head, position_init=args.position_init,
-                            threads=args.threads)
+                            threads=args.threads, eval_each_epoch=args.eval_each_epoch)
 
 
 def cmd_finetune_qa(args) -> int:

@@ -197,3 +197,24 @@ def test_a_qa_bundle_fine_tunes_further_and_keeps_its_head(qa_bundle, tmp_path, 
     for k in ("qa_outputs.weight", "answerable.0.weight", "answerable.2.weight"):
         key = next(n for n in before if n.endswith(k))
         assert (before[key] - after[key]).abs().max() < 1e-6, key
+
+
+def test_eval_each_epoch_scores_dev_after_every_whole_epoch(qa_bundle, tmp_path, capsys):
+    root, _ = qa_bundle
+    out = tmp_path / "qa_epochs"
+    # 40 questions → 3 windows-batches of 16 per epoch at most; 3 epochs: two mid-run scorings plus the final one
+    rc = main(["finetune", "qa", "--model", str(root / "pre"), "--train", str(SAMPLE_QA_TRAIN),
+               "--dev", str(SAMPLE_QA_DEV), "--out", str(out), "--max-length", "192", "--doc-stride", "64",
+               "--epochs", "3", "--batch-size", "16", "--max-train-examples", "40", "--max-dev-examples", "20",
+               "--eval-each-epoch", "--no-progress", "--threads", "1"])
+    assert rc == 0
+    rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    seed = rep["seeds"][0]
+    curve = seed["epoch_scores"]
+    assert [e["epoch"] for e in curve] == [1, 2, 3]
+    per_epoch = curve[0]["step"]
+    assert [e["step"] for e in curve] == [per_epoch, 2 * per_epoch, seed["steps"]] and seed["steps"] == 3 * per_epoch
+    assert curve[-1]["best_f1"] == seed["dev_metrics"]["best_f1"]  # the last row is the kept model's own scoring
+    assert all(0.0 <= e["best_f1"] <= 100.0 and e["null_rule"] for e in curve)
+    assert "after epoch 2: dev best F1" in capsys.readouterr().err
+    assert "Dev after each epoch" in (out / "report.md").read_text(encoding="utf-8")

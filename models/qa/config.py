@@ -28,6 +28,7 @@ class QAFinetuneConfig:
     answerable_head: bool | None = None  # None → default_answerable_head(source manifest)
     position_init: str = "keep"      # keep | tile (models.training.positions)
     threads: int | None = None       # torch CPU threads; None → torch's choice
+    eval_each_epoch: bool = False    # score dev after every whole epoch too (the curve that chooses --epochs)
 
 
 def default_answerable_head(source_manifest: dict | None) -> bool:

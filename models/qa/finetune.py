@@ -148,11 +148,33 @@ def _train_seeds(src: _Source, tok, train_f: QAFeatures, dev_f: QAFeatures, cfg:
     golds = golds_of(dev_f.examples)
     runs, states = [], []
     for s in cfg.seeds:
-        m, info = train_one_seed(make_model, s, train_f, tok, cfg, device=device, tile_from=src.tile_from)
+        hook = partial(_epoch_score, dev_f=dev_f, tok=tok, cfg=cfg, golds=golds, seed=s) if cfg.eval_each_epoch else None
+        m, info = train_one_seed(make_model, s, train_f, tok, cfg, device=device, tile_from=src.tile_from,
+                                 on_epoch_end=hook)
         results = _score_on_dev(m, info, dev_f, tok, cfg, golds)
+        if cfg.eval_each_epoch:
+            info["epoch_scores"].append({"epoch": cfg.epochs, "step": info["steps"],
+                                         **_metric_row(info["dev_metrics"], info["null_rule"])})
         runs.append(info)
         states.append((m.cpu(), results))
     return runs, states
+
+
+def _epoch_score(model, epoch: int, *, dev_f: QAFeatures, tok, cfg: QAFinetuneConfig, golds: dict, seed: int) -> dict:
+    """``--eval-each-epoch``: the dev scores of the model as it stands after ``epoch`` whole epochs (mid-schedule:
+    the learning rate has not decayed to 0 yet, so it is the curve, not what a run of that many epochs would score)."""
+    info = {"seed": seed}
+    _score_on_dev(model, info, dev_f, tok, cfg, golds)
+    row = _metric_row(info["dev_metrics"], info["null_rule"])
+    print(f"qa: seed {seed} after epoch {epoch}: dev best F1 {row['best_f1']:.2f} (F1 at threshold 0 "
+          f"{row['f1']:.2f}, HasAns {row['HasAns_f1']}, rule {row['null_rule']})", file=sys.stderr, flush=True)
+    return row
+
+
+def _metric_row(m: dict, rule: str) -> dict:
+    """The figures of one dev scoring that the epoch curve keeps."""
+    return {"best_f1": m["best_f1"], "f1": m["f1"], "exact": m["exact"], "HasAns_f1": m.get("HasAns_f1"),
+            "NoAns_f1": m.get("NoAns_f1"), "null_rule": rule}
 
 
 def _score_on_dev(model, info: dict, dev_f: QAFeatures, tok, cfg: QAFinetuneConfig, golds: dict) -> dict:

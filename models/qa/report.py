@@ -148,6 +148,15 @@ def write_report(out_dir: Path, report: dict, examples: list[QAExample], results
             lines.append(f"| {r} | {_fmt(mm['best_f1'])} | {_fmt(mm['best_f1_thresh'])} | {_fmt(mm['f1'])} | "
                          f"{_fmt(mm.get('HasAns_f1'))} | {_fmt(mm.get('NoAns_exact'))} |")
         lines.append("")
+    if kept.get("epoch_scores"):
+        lines += ["## Dev after each epoch (kept seed; `--eval-each-epoch`)", "",
+                  "Scores before the last epoch are mid-schedule (the learning rate has not decayed to 0 yet).", "",
+                  "| epoch | step | best_f1 | f1 @ 0 | HasAns_f1 @ 0 | NoAns_f1 @ 0 | null rule |",
+                  "|---:|---:|---:|---:|---:|---:|---|"]
+        for e in kept["epoch_scores"]:
+            lines.append(f"| {e['epoch']} | {e['step']} | {_fmt(e['best_f1'])} | {_fmt(e['f1'])} | "
+                         f"{_fmt(e.get('HasAns_f1'))} | {_fmt(e.get('NoAns_f1'))} | {e['null_rule']} |")
+        lines.append("")
     if len(report["seeds"]) > 1:
         lines += ["## Seeds", "", "| seed | best_f1 | best_f1_thresh | HasAns_f1 | NoAns_exact | steps | train s |",
                   "|---:|---:|---:|---:|---:|---:|---:|"]

@@ -24,13 +24,14 @@ def make_features(examples: list[QAExample], tokenizer, cfg, *, desc: str = "qa:
 
 
 def train_one_seed(make_model, seed: int, features: QAFeatures, tokenizer, cfg, *, device=None,
-                   tile_from: int | None = None):
+                   tile_from: int | None = None, on_epoch_end=None):
     """Fine-tune a fresh model ``make_model(seed=seed)`` (:func:`models.qa.model.build_model`) on ``features``
     → ``(model, info)``; ``cfg``: :class:`models.qa.finetune.QAFinetuneConfig`. Loss:
     :func:`models.qa.model.compute_loss`. ``cfg.lr`` None → the default for the encoder's width
     (:func:`models.training.defaults.default_finetune_lr`; in info). ``tile_from`` L: before training, copy the L
     trained position rows over the untrained ones (:func:`models.training.positions.tile_positions`; the number of
-    rows copied is in info)."""
+    rows copied is in info). ``on_epoch_end(model, epoch) -> dict``: called after every whole epoch before the
+    last step (the model in eval mode; training resumes after it); its dicts are ``info["epoch_scores"]``."""
     import torch
     from tqdm.auto import tqdm
 
@@ -52,6 +53,8 @@ def train_one_seed(make_model, seed: int, features: QAFeatures, tokenizer, cfg, 
     ep = torch.from_numpy(features.end_positions)
     model.train()
     step, losses, t0 = 0, [], time.time()
+    steps_per_epoch = max(1, math.ceil(n / cfg.batch_size))
+    epoch_scores = []
     bar = tqdm(total=total, desc=f"qa: train seed {seed}", unit=" step", disable=not cfg.progress, mininterval=1.0)
     while step < total:
         perm = rng.permutation(n)
@@ -71,9 +74,16 @@ def train_one_seed(make_model, seed: int, features: QAFeatures, tokenizer, cfg, 
             step += 1
             bar.update(1)
             _log_progress(bar, seed, step, total, losses, t0, cfg.progress)
+            if on_epoch_end is not None and step % steps_per_epoch == 0 and step < total:
+                t_eval = time.time()
+                epoch_scores.append({"epoch": step // steps_per_epoch, "step": step,
+                                     **on_epoch_end(model, step // steps_per_epoch)})
+                model.train()
+                t0 += time.time() - t_eval  # train_seconds counts training only
     bar.close()
     info = {"seed": seed, "steps": step, "train_windows": n, "epochs": cfg.epochs, "lr": lr, "positions_tiled": tiled,
-            "final_loss": float(np.mean(losses[-20:])), "train_seconds": round(time.time() - t0, 1)}
+            "final_loss": float(np.mean(losses[-20:])), "train_seconds": round(time.time() - t0, 1),
+            "epoch_scores": epoch_scores}
     return model, info
 
 
