@@ -69,6 +69,9 @@ def _register_qa(sub) -> None:
     p.add_argument("--max-examples", type=int, default=None,
                    help="score a random subset of this many questions (seeded, so repeatable) for a quick look; "
                         "default: all")
+    p.add_argument("--coverage-plot", default=None, metavar="PNG",
+                   help="write the selective-answering plot here (share of right answers against coverage, with "
+                        "the stored operating point); the table is printed either way")
     add_qa_run_options(p)
     p.set_defaults(func=cmd_evaluate_qa)
 
@@ -164,6 +167,24 @@ def cmd_evaluate_qa(args) -> int:
     keys = ("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_f1", "best_f1_thresh",
             "HasAns_span_f1", "total", "null_threshold", "null_rule")
     print(json.dumps({k: out.get(k) for k in keys}, ensure_ascii=False, indent=2))
+    _print_selective(out.get("selective"), args.coverage_plot)
     if out["skipped"]:
         print(f"skipped {len(out['skipped'])} questions (listed in the output JSON)")
     return 0
+
+
+def _print_selective(sel: dict | None, plot: str | None) -> None:
+    """The selective-answering table (``confidence`` against right answers on this file) and its plot."""
+    from denki.models.qa.selective import format_rows
+
+    if not sel:
+        print("selective answering: this bundle has no confidence calibration (fine-tuned before denki gave "
+              "answers a confidence): fine-tune it again to get one")
+        return
+    print(f"\nselective answering ({sel['right_if']}; answers kept by falling confidence):")
+    print("\n".join(format_rows(sel)))
+    if plot:
+        from denki.models.qa.report import plot_coverage
+
+        plot_coverage(sel, plot)
+        print(f"plot → {plot}")

@@ -287,6 +287,11 @@ def _register_qa(sub) -> None:
     p.add_argument("--max-dev-examples", type=int, default=None, help="random subset of the dev questions")
     p.add_argument("--max-steps", type=int, default=d.max_steps,
                    help="stop after this many steps per seed (quick checks)")
+    p.add_argument("--target-precision", type=float, default=d.target_precision,
+                   help="answer only when the answer's confidence clears the floor whose answers were right (char "
+                        "F1 >= 0.5) at least this often on dev; below it the reader says it is unsure (reason "
+                        "\"unsure\", no answer) — stored in task.json min_confidence, applied by every serving path. "
+                        "Default: never abstain (the confidence is still given)")
     p.add_argument("--eval-each-epoch", action="store_true", default=d.eval_each_epoch,
                    help="also score dev after every whole epoch (report.md's epoch table): the curve for choosing "
                         "--epochs. Mid-schedule scores: the learning rate has not decayed yet, so a run of that many "
@@ -316,7 +321,8 @@ def qa_config(args):
                             device=args.device, progress=not args.no_progress, doc_stride=args.doc_stride,
                             max_answer_length=args.max_answer_length, n_best=args.n_best, max_steps=args.max_steps,
                             answerable_head=args.answerable_head, position_init=args.position_init,
-                            threads=args.threads, eval_each_epoch=args.eval_each_epoch)
+                            threads=args.threads, eval_each_epoch=args.eval_each_epoch,
+                            target_precision=args.target_precision)
 
 
 def cmd_finetune_qa(args) -> int:

@@ -24,6 +24,7 @@ from denki.serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS, Predictor, _c
 
 HUMAN_JA = "担当者へ"
 NO_ANSWER_JA = "回答なし"
+UNSURE_JA = "わかりません（確信度が低いため回答を控えます）"
 DEFAULT_DIRS = {"classifier": "runs/quickstart/classifier-onnx", "qa": "runs/quickstart/qa-onnx"}
 BACKEND_LABELS = {"int8": "ORT int8 (CPU)", "int8-channel": "ORT int8 per-channel (CPU)",
                   "int8-static": "ORT int8 static QDQ (CPU)", "o2": "ORT O2 (CPU)", "o3": "ORT O3 (CPU)",
@@ -154,11 +155,20 @@ def answer_question(models: DemoModels, question: str, passage: str, backend: st
     thr = r["null_threshold"]
     diff = r["null_score_diff"]
     diff_s = "なし（候補スパンなし）" if not np.isfinite(diff) else f"{diff:.3f}"
+    conf = r.get("confidence")
+    conf_s = "" if conf is None else f"・確信度 {conf:.0%}"
     if r["has_answer"]:
         s, e = r["start"], r["end"]
         spans = [(passage[:s], None), (passage[s:e], "回答"), (passage[e:], None)]
         md = (f"### 回答: **{r['answer']}**\n文字位置 {s}–{e}（{r['windows']} ウィンドウ）・"
-              f"無回答スコア差 {diff_s} ≤ しきい値 {thr:.3f}")
+              f"無回答スコア差 {diff_s} ≤ しきい値 {thr:.3f}{conf_s}")
+    elif r.get("reason") == "unsure":
+        cand = r.get("span_answer") or ""
+        s, e = r.get("span_start"), r.get("span_end")
+        spans = ([(passage[:s], None), (passage[s:e], "候補（確信度不足）"), (passage[e:], None)]
+                 if cand and s is not None else [(passage, None)])
+        md = (f"### {UNSURE_JA}\n確信度 {conf:.0%} < 下限 {float(p.task['min_confidence']):.0%}"
+              f"（担当者に確認してください）" + (f"・候補「{cand}」" if cand else ""))
     else:
         cand = r.get("span_answer") or ""
         s, e = r.get("span_start"), r.get("span_end")
@@ -166,7 +176,7 @@ def answer_question(models: DemoModels, question: str, passage: str, backend: st
             spans = [(passage[:s], None), (passage[s:e], "候補（不採用）"), (passage[e:], None)]
         else:
             spans = [(passage, None)]
-        md = (f"### {NO_ANSWER_JA}\n無回答スコア差 {diff_s} > しきい値 {thr:.3f}（{r['windows']} ウィンドウ）"
+        md = (f"### {NO_ANSWER_JA}\n無回答スコア差 {diff_s} > しきい値 {thr:.3f}（{r['windows']} ウィンドウ）{conf_s}"
               + (f"・最有力候補「{cand}」は不採用" if cand else ""))
     return [x for x in spans if x[0]], md, _timing(p, wall)
 

@@ -25,6 +25,8 @@ def evaluate_onnx_qa(bundle_dir, data_path, *, backend: str = "auto", device: st
     """SQuAD-v2 metrics of an ONNX QA bundle on a file → ``(metrics, {id: result})``."""
     from denki.models.qa.data import read_qa
     from denki.models.qa.metrics import squad_v2_metrics
+    from denki.models.qa.postprocess import apply_threshold
+    from denki.models.qa.selective import selective_report
 
     p = Predictor(bundle_dir, backend=backend, device=device)
     data = read_qa(data_path, limit=limit)
@@ -35,7 +37,13 @@ def evaluate_onnx_qa(bundle_dir, data_path, *, backend: str = "auto", device: st
         chunk = exs[s:s + 16]
         for ex, r in zip(chunk, p.answer_batch([(e.question, e.context) for e in chunk])):
             results[ex.id] = r
-    metrics = squad_v2_metrics({e.id: e.answer_texts for e in exs}, results)
+    # the SQuAD figures score the reader's own answers: an abstention ("unsure") is undone from its null score
+    # difference, which the result keeps; the selective table then says what abstaining buys
+    thr = float(p.task.get("null_threshold", 0.0))
+    raw = dict(zip(results, apply_threshold(list(results.values()), thr)))
+    golds = {e.id: e.answer_texts for e in exs}
+    metrics = squad_v2_metrics(golds, raw)
+    metrics["selective"] = selective_report(raw, golds, p.task)
     metrics.update(null_threshold=float(p.task.get("null_threshold", 0.0)), backend=p.backend,
                    seconds=time.perf_counter() - t0, model=str(p.dir), data=str(data_path))
     metrics = {k: (float(v) if isinstance(v, (np.floating,)) else v) for k, v in metrics.items()}

@@ -10,7 +10,7 @@ NOT_BLANK = r"[^\s\x1c-\x1f]"  # at least one character that str.strip() keeps
 
 #: the fields of a QA answer, in the order the API returns them
 ANSWER_KEYS = ("answer", "start", "end", "score", "has_answer", "null_score_diff", "null_threshold", "span_answer",
-               "windows")
+               "windows", "confidence", "reason", "abstained")
 
 
 def _finite(x):
@@ -131,6 +131,12 @@ def _answer_schemas(s) -> dict[str, Any]:
         null_threshold: float
         span_answer: str = Field(description="the best span even when the model abstains")
         windows: int = Field(description="windows the context was split into")
+        confidence: float | None = Field(description="calibrated probability (0–1) that this answer — a span or "
+                                                     "no answer — is right (null: a bundle fine-tuned before "
+                                                     "confidences existed)")
+        reason: str = Field(description="answer | no_answer | unsure (confidence below the bundle's "
+                                        "min_confidence: no answer is given; span_answer holds the candidate)")
+        abstained: bool = Field(description="true when reason is unsure")
 
     class AnswerBatchResponse(BaseModel):
         results: list[AnswerResult]

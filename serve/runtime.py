@@ -4,7 +4,8 @@
     p = Predictor("runs/quickstart/classifier-onnx")        # verifies every file's sha256 first
     p.classify(["ログインできません"])  # → [{"label", "score", "scores", "route", "reason"}]; route = label or "human"
     q = Predictor("runs/quickstart/qa-onnx")
-    q.answer("質問", "文書…")           # → {"answer", "start", "end", "score", "has_answer", "null_score_diff"}
+    q.answer("質問", "文書…")           # → {"answer", "start", "end", "score", "has_answer", "null_score_diff",
+                                       #    "confidence", "reason", …}
     p.predict(inputs)                   # any task: the inputs its head takes (texts; (question, passage) pairs)
 
 A predictor is a session plus a head (as optimum's ORTModel is a session plus one subclass per task): the session
@@ -107,7 +108,9 @@ class Predictor(OnnxSession):
 
     def answer(self, question: str, context: str, *, n_best: int | None = None) -> dict:
         """Answer one question from a passage: ``{"answer", "start", "end", "score", "has_answer",
-        "null_score_diff", "null_threshold"}``; ``answer == context[start:end]`` exactly (original characters)."""
+        "null_score_diff", "null_threshold", "confidence", "reason", "abstained", …}``; ``answer ==
+        context[start:end]`` exactly (original characters); ``reason`` "unsure": confidence below the bundle's
+        ``min_confidence``, no answer given (:mod:`models.qa.selective`)."""
         return self.answer_batch([(question, context)], n_best=n_best)[0]
 
     def answer_batch(self, pairs: Sequence[tuple[str, str]], *, batch_size: int = 16,

@@ -90,6 +90,9 @@ def test_answer_and_batch(client, qa_pred):
     a = r.json()
     want = qa_pred.answer(q, ctx)
     assert a["answer"] == want["answer"] and a["has_answer"] == want["has_answer"]
+    # selective answering's fields: this fixture's bundle has no calibration (confidence null), so it never abstains
+    assert a["reason"] == want["reason"] == ("answer" if a["has_answer"] else "no_answer")
+    assert a["confidence"] is None and a["abstained"] is False
     if a["has_answer"]:
         assert ctx[a["start"]:a["end"]] == a["answer"]
     rb = client.post("/v1/answer/batch", json={"items": [{"question": q, "context": ctx},

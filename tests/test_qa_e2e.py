@@ -218,3 +218,39 @@ def test_eval_each_epoch_scores_dev_after_every_whole_epoch(qa_bundle, tmp_path,
     assert all(0.0 <= e["best_f1"] <= 100.0 and e["null_rule"] for e in curve)
     assert "after epoch 2: dev best F1" in capsys.readouterr().err
     assert "Dev after each epoch" in (out / "report.md").read_text(encoding="utf-8")
+
+
+def test_target_precision_stores_a_confidence_floor_that_evaluate_and_the_runtime_apply(qa_bundle, tmp_path, capsys):
+    root, _ = qa_bundle
+    out = tmp_path / "qa_sel"
+    rc = main(["finetune", "qa", "--model", str(root / "pre"), "--train", str(SAMPLE_QA_TRAIN),
+               "--dev", str(SAMPLE_QA_DEV), "--out", str(out), "--max-length", "192", "--doc-stride", "64",
+               "--max-steps", "6", "--batch-size", "16", "--max-train-examples", "60", "--max-dev-examples", "60",
+               "--target-precision", "0.6", "--no-progress", "--threads", "1"])
+    assert rc == 0
+    task = read_task(out / "bundle")
+    cal = task["confidence"]
+    assert cal["answer"]["n"] + cal["no_answer"]["n"] == 60 and cal["fitted_on"] == str(SAMPLE_QA_DEV)
+    assert task["target_precision"] == 0.6 and 0.0 <= task["min_confidence"] <= 1.0
+    assert isinstance(task["target_precision_reached"], bool)
+    rep = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert rep["settings"]["target_precision"] == 0.6
+    op = rep["selective"]["operating_point"]
+    assert op["min_confidence"] == task["min_confidence"] and 0.0 <= op["coverage"] <= 1.0
+    if task["target_precision_reached"]:
+        assert op["right"] >= 0.6
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "Selective answering" in md and (out / "coverage.png").stat().st_size > 0
+    # evaluate: the same table on a file, and the plot
+    capsys.readouterr()
+    png = tmp_path / "cov.png"
+    assert main(["evaluate", "qa", "--model", str(out), "--data", str(SAMPLE_QA_DEV), "--max-examples", "40",
+                 "--coverage-plot", str(png), "--no-progress", "--threads", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "| coverage | questions | min confidence | right (F1 ≥ 0.5) | exact match |" in printed
+    assert "Operating point" in printed and png.stat().st_size > 0
+    # out of range: refused before any data is read
+    assert main(["finetune", "qa", "--model", str(root / "pre"), "--train", str(SAMPLE_QA_TRAIN), "--dev",
+                 str(SAMPLE_QA_DEV), "--out", str(tmp_path / "bad"), "--target-precision", "1.5",
+                 "--no-progress"]) != 0
+    assert "--target-precision must be between 0 and 1" in capsys.readouterr().err

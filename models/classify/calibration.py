@@ -17,6 +17,7 @@ import numpy as np
 
 from denki.models.classify.decision import softmax
 from denki.models.classify.metrics import classification_metrics, nll
+from denki.models.task.selective import choose_threshold  # noqa: F401  (re-exported: the routing rule's step 3)
 
 EPS = 1e-6
 
@@ -114,44 +115,6 @@ def fit_min_recall_offsets(logits: np.ndarray, gold: np.ndarray, floors: dict[in
         m = gold == c
         reached[c] = bool(m.sum() == 0 or (pred[m] == c).mean() >= floor - 1e-9)
     return b, reached
-
-
-def choose_threshold(score: np.ndarray, correct: np.ndarray, *, target_precision: float | None = None,
-                     target_coverage: float | None = None) -> dict:
-    """Abstention threshold ``t`` (keep examples with ``score >= t``) chosen on dev.
-
-    With ``target_precision``: the lowest threshold (largest coverage) whose kept part has accuracy ≥ target;
-    if no threshold reaches it, the one with the best kept accuracy (``reached: false``). With
-    ``target_coverage``: the highest threshold that still keeps at least that fraction. With neither: 0 (never
-    abstain). Returns ``{threshold, coverage, precision, reached, mode, target}`` (dev figures)."""
-    score = np.asarray(score, dtype=np.float64)
-    correct = np.asarray(correct, dtype=np.float64)
-    n = len(score)
-    if target_precision is None and target_coverage is None or n == 0:
-        return {"mode": "none", "target": None, "threshold": 0.0, "coverage": 1.0,
-                "precision": float(correct.mean()) if n else 0.0, "reached": True}
-    order = np.argsort(-score, kind="stable")
-    s = score[order]
-    cum = np.cumsum(correct[order])
-    # candidate cut points: the last index of every run of equal scores (a threshold keeps a whole tie group)
-    last = np.flatnonzero(np.r_[s[1:] != s[:-1], True])
-    kept = last + 1
-    prec = cum[last] / kept
-    cov = kept / n
-    if target_precision is not None:
-        ok = np.flatnonzero(prec >= target_precision - 1e-12)
-        if len(ok):
-            j, reached = int(ok[-1]), True
-        else:
-            best = prec.max()
-            j, reached = int(np.flatnonzero(prec >= best - 1e-12)[-1]), False
-        mode, target = "precision", float(target_precision)
-    else:
-        ok = np.flatnonzero(cov >= target_coverage - 1e-12)
-        j, reached = int(ok[0]), True
-        mode, target = "coverage", float(target_coverage)
-    return {"mode": mode, "target": target, "threshold": float(s[last[j]]), "coverage": float(cov[j]),
-            "precision": float(prec[j]), "reached": reached}
 
 
 def offsets_cost(logits: np.ndarray, gold: np.ndarray, offsets: np.ndarray, labels: list[str]) -> dict:

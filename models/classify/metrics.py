@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from denki.models.task.selective import coverage_curve  # noqa: F401  (re-exported)
+
 
 def confusion_matrix(gold: np.ndarray, pred: np.ndarray, n_labels: int) -> np.ndarray:
     """``cm[i, j]`` = number of examples of gold class ``i`` predicted as ``j``; ``(K, K)`` int64."""
@@ -67,17 +69,3 @@ def ece(confidence: np.ndarray, correct: np.ndarray, n_bins: int = 15) -> float:
         return 0.0
     return float(sum(b["count"] / n * abs(b["accuracy"] - b["confidence"])
                      for b in reliability_bins(confidence, correct, n_bins)))
-
-
-def coverage_curve(score: np.ndarray, correct: np.ndarray) -> dict:
-    """Selective prediction: keep the ``k`` most confident examples for ``k = 1..n``.
-
-    Returns arrays (lists) ``coverage`` (k/n), ``accuracy`` (accuracy of the kept ones) and ``threshold`` (the
-    k-th highest score: keeping ``score >= threshold``; ties make the kept set a little larger than ``k``)."""
-    score = np.asarray(score, dtype=np.float64)
-    correct = np.asarray(correct, dtype=np.float64)
-    order = np.argsort(-score, kind="stable")
-    cum = np.cumsum(correct[order])
-    k = np.arange(1, len(score) + 1)
-    return {"coverage": (k / len(score)).tolist(), "accuracy": (cum / k).tolist(),
-            "threshold": score[order].tolist()}

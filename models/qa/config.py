@@ -28,6 +28,7 @@ class QAFinetuneConfig:
     answerable_head: bool | None = None  # None → default_answerable_head(source manifest)
     position_init: str = "keep"      # keep | tile (models.training.positions)
     threads: int | None = None       # torch CPU threads; None → torch's choice
+    target_precision: float | None = None  # abstain ("unsure") below the confidence that keeps this precision on dev
     eval_each_epoch: bool = False    # score dev after every whole epoch too (the curve that chooses --epochs)
 
 

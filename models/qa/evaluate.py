@@ -14,6 +14,7 @@ from denki.models.qa.features import build_features
 from denki.models.qa.metrics import squad_v2_metrics
 from denki.models.qa.predict import predict_results
 from denki.models.qa.report import golds_of, jsonable
+from denki.models.qa.selective import selective_report
 from denki.models.qa.task import READER
 
 # The stored null threshold sits in the middle of the gap between the two dev score differences around the best
@@ -61,7 +62,9 @@ def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predic
     res = predict_results(m, feats, tok, n_best=task.get("n_best", 20), max_answer_length=task["max_answer_length"],
                           null_threshold=thr, null_rule=task.get("null_rule", "cls"), batch_size=batch_size,
                           progress=progress)
-    metrics = squad_v2_metrics(golds_of(feats.examples), res, threshold_at=THRESHOLD_AT)
+    golds = golds_of(feats.examples)
+    metrics = squad_v2_metrics(golds, res, threshold_at=THRESHOLD_AT)
+    metrics["selective"] = selective_report(res, golds, task)
     metrics["null_threshold"] = thr
     metrics["null_rule"] = task.get("null_rule", "cls")
     out = {**metrics, "model": str(model), "data": str(data), "data_summary": qd.summary(),

@@ -80,6 +80,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
 
     runs, states = _train_seeds(src, tok, train_f, dev_f, cfg, device, init_random)
     kept = _keep_median_and_tune_threshold(runs, states, golds_of(dev_f.examples))
+    kept["selective"] = _fit_selective(kept, golds_of(dev_f.examples), cfg, dev_path)
 
     settings = _settings(cfg, src, kept, device, init_random, max_train_examples, max_dev_examples)
     out = Path(out_dir)
@@ -100,6 +101,9 @@ def _check_settings(cfg: QAFinetuneConfig) -> None:
         raise DenkiError("--seeds must be at least 1")
     if cfg.max_answer_length < 1:
         raise DenkiError("--max-answer-length must be at least 1")
+    if cfg.target_precision is not None and not 0.0 < cfg.target_precision < 1.0:
+        raise DenkiError(f"--target-precision must be between 0 and 1 (a share of right answers), "
+                         f"not {cfg.target_precision}")
     if cfg.position_init not in POSITION_INITS:
         raise DenkiError(f"--position-init must be one of {', '.join(POSITION_INITS)}, not {cfg.position_init!r}")
 
@@ -213,13 +217,34 @@ def _keep_median_and_tune_threshold(runs: list[dict], states: list[tuple], golds
             "metrics": squad_v2_metrics(golds, res_t, threshold_at=THRESHOLD_AT), "metrics0": runs[keep]["dev_metrics"]}
 
 
+def _fit_selective(kept: dict, golds: dict, cfg: QAFinetuneConfig, dev_path: str) -> dict:
+    """The confidence calibration (:func:`models.qa.selective.fit_confidence`) on the kept seed's dev answers at
+    the tuned threshold, and with ``cfg.target_precision`` the abstention floor ``min_confidence`` → the
+    ``task.json`` fields plus the dev coverage table (``report``; optimistic: fitted on the same questions)."""
+    from denki.models.qa.selective import fit_confidence, fit_min_confidence, selective_report
+
+    cal = fit_confidence(kept["results"], golds, kept["threshold"], fitted_on=str(dev_path))
+    fields = {"confidence": cal}
+    if cfg.target_precision is not None:
+        chosen = fit_min_confidence(kept["results"], golds, cal, kept["threshold"], cfg.target_precision)
+        fields.update(min_confidence=chosen["threshold"], target_precision=cfg.target_precision,
+                      target_precision_reached=chosen["reached"])
+        if not chosen["reached"]:
+            print(f"denki: warning: no confidence floor reaches --target-precision {cfg.target_precision} on dev; "
+                  f"stored the floor with the best precision ({chosen['precision']:.3f} at coverage "
+                  f"{chosen['coverage']:.3f}); task.json target_precision_reached is false",
+                  file=sys.stderr, flush=True)
+    report = selective_report(kept["results"], golds, {"null_threshold": kept["threshold"], **fields})
+    return {"task": fields, "report": report}
+
+
 def _settings(cfg: QAFinetuneConfig, src: _Source, kept: dict, device, init_random: str | None,
               max_train_examples: int | None, max_dev_examples: int | None) -> dict:
     """The run's settings as the bundle's manifest and the report record them."""
     import torch
 
     return {"max_length": cfg.max_length, "doc_stride": cfg.doc_stride, "max_answer_length": cfg.max_answer_length,
-            "n_best": cfg.n_best, "epochs": cfg.epochs, "lr": kept["run"]["lr"], "batch_size": cfg.batch_size,
+            "n_best": cfg.n_best, "epochs": cfg.epochs, "target_precision": cfg.target_precision, "lr": kept["run"]["lr"], "batch_size": cfg.batch_size,
             "warmup_ratio": cfg.warmup_ratio, "weight_decay": cfg.weight_decay, "layer_decay": cfg.layer_decay,
             "seeds": len(cfg.seeds), "seed": cfg.seeds[0],
             "max_train_examples": max_train_examples, "max_dev_examples": max_dev_examples,
@@ -240,6 +265,7 @@ def _save_qa_bundle(out: Path, kept: dict, src: _Source, cfg: QAFinetuneConfig, 
             "max_answer_length": cfg.max_answer_length, "max_length": cfg.max_length, "doc_stride": cfg.doc_stride,
             "n_best": cfg.n_best, "answerable_head": cfg.answerable_head, "null_rule": kept["null_rule"],
             "decision": DECISIONS[kept["null_rule"]],
+            **kept["selective"]["task"],
             "threshold_tuned_on": str(dev_path), "metric_normalization": "NFKC, lower, drop Unicode P* + ASCII "
                                                                          "punctuation, drop whitespace; char-level F1"}
     parity = []
@@ -273,6 +299,7 @@ def _build_report(kept: dict, runs: list[dict], src: _Source, settings: dict, tr
             "dev_within_0_1_of_threshold": kept["near"], "null_rule": kept["null_rule"],
             "kept_seed": kept["run"]["seed"],
             "dev_metrics": kept["metrics"], "dev_metrics_threshold0": kept["metrics0"],
+            "selective": kept["selective"]["report"],
             "best_f1_mean": float(np.mean(bf)), "best_f1_sd": float(np.std(bf, ddof=1)) if len(bf) > 1 else 0.0,
             "seeds": runs,
             "data": {"train": {**train_data.summary(), "examples": len(train_ex)},

@@ -116,6 +116,9 @@ def write_report(out_dir: Path, report: dict, examples: list[QAExample], results
     their predictions at the tuned threshold (for the figures)."""
     thr = report["null_threshold"]
     images = plot_report(out_dir, examples, results, thr)
+    if report.get("selective"):
+        plot_coverage(report["selective"], out_dir / "coverage.png")
+        images.append("coverage.png")
     report["images"] = images
     atomic_write_json(out_dir / "report.json", jsonable(report))
     m_t, m_0 = report["dev_metrics"], report["dev_metrics_threshold0"]
@@ -167,6 +170,15 @@ def write_report(out_dir: Path, report: dict, examples: list[QAExample], results
                          f"{s['train_seconds']} |")
         lines += ["", f"Kept seed (median best_f1): {report['kept_seed']}; best_f1 mean ± sd over seeds: "
                       f"{report['best_f1_mean']:.2f} ± {report['best_f1_sd']:.2f}", ""]
+    sel = report.get("selective")
+    if sel:
+        from denki.models.qa.selective import format_rows
+
+        lines += ["## Selective answering (dev, kept seed)", "",
+                  "Answers kept by falling `confidence` (a calibrated probability that the answer is right: "
+                  "character F1 ≥ 0.5, a 「回答なし」 right on an unanswerable question). The calibration and any "
+                  "`min_confidence` are fitted on these same questions, so the table is optimistic: `denki evaluate "
+                  "qa` on another file gives the unbiased one.", "", *format_rows(sel), ""]
     fs = report["features"]["train"]
     rt = fs["gold_span_roundtrip"]
     lines += ["## Data", "",
@@ -187,3 +199,27 @@ def write_report(out_dir: Path, report: dict, examples: list[QAExample], results
     for img in images:
         lines += [f"![{img}]({img})", ""]
     atomic_write_text(out_dir / "report.md", "\n".join(lines))
+
+
+def plot_coverage(report: dict, path) -> None:
+    """Precision (right; exact match) against coverage, with the operating point."""
+    from denki.models.io.plotting import setup_matplotlib
+
+    plt = setup_matplotlib()
+    fig, ax = plt.subplots(figsize=(4.6, 4.2))
+    ax.plot(report["curve"]["coverage"], report["curve"]["accuracy"], color="tab:blue", label="right (F1 ≥ 0.5)")
+    ax.plot(report["curve_exact"]["coverage"], report["curve_exact"]["accuracy"], color="tab:green", ls="--",
+            label="exact match")
+    op = report.get("operating_point")
+    if op and op["right"] is not None:
+        ax.scatter([op["coverage"]], [op["right"]], color="tab:red", zorder=3,
+                   label=f"min_confidence {op['min_confidence']:.3f}")
+    ax.set_xlabel("coverage (fraction of questions answered)")
+    ax.set_ylabel("share of the given answers that are right")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.01)
+    ax.legend(fontsize=8, loc="lower left")
+    ax.set_title("selective answering", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -70,6 +70,7 @@ class ReaderHead(RuntimeHead):
     def finish(self, pairs, windows, starts, ends, answerable, n_best: int | None) -> list[dict]:
         """One result per pair from its windows' logits (post-processing, numpy)."""
         from denki.models.qa.postprocess import postprocess_question
+        from denki.models.qa.selective import decide
 
         thr = float(self.task.get("null_threshold", 0.0))
         results, k = [], 0
@@ -81,11 +82,11 @@ class ReaderHead(RuntimeHead):
                                      max_answer_length=int(self.task.get("max_answer_length", 30)),
                                      null_threshold=thr, null_rule=self.null_rule,
                                      answerable_logits=None if answerable is None else answerable[k:k + n])
-            results.append({"answer": r["answer"], "start": r["start"], "end": r["end"],
-                            "score": r["score"], "has_answer": r["has_answer"],
-                            "null_score_diff": r["null_score_diff"], "null_threshold": thr,
-                            "span_answer": r["span_answer"], "span_start": r["span_start"],
-                            "span_end": r["span_end"], "windows": n})
+            results.append(decide({"answer": r["answer"], "start": r["start"], "end": r["end"],
+                                   "score": r["score"], "has_answer": r["has_answer"],
+                                   "null_score_diff": r["null_score_diff"], "null_threshold": thr,
+                                   "span_answer": r["span_answer"], "span_start": r["span_start"],
+                                   "span_end": r["span_end"], "windows": n}, self.task))
             k += n
         return results
 
@@ -93,7 +94,9 @@ class ReaderHead(RuntimeHead):
     def answer_batch(self, pairs: Sequence[tuple[str, str]], *, batch_size: int = 16,
                      n_best: int | None = None) -> list[dict]:
         """Answer each (question, passage) pair: ``{"answer", "start", "end", "score", "has_answer",
-        "null_score_diff", "null_threshold", "span_*", "windows"}``; ``answer == context[start:end]`` exactly."""
+        "null_score_diff", "null_threshold", "span_*", "windows", "confidence", "reason", "abstained"}``;
+        ``answer == context[start:end]`` exactly; ``reason`` "answer" | "no_answer" | "unsure" (confidence below
+        task.json ``min_confidence``: no answer given, :mod:`models.qa.selective`)."""
         t = self.timed()
         windows = self.windows(pairs)
         flat = [w for ws in windows for w in ws]
