@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "denki.app.cmd_experiment",
     "denki.app.cmd_finetune",
     "denki.app.cmd_evaluate",
+    "denki.app.cmd_calibrate",
     "denki.app.cmd_export",
     "denki.app.cmd_classify",
     "denki.app.cmd_bench",

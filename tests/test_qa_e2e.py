@@ -254,3 +254,31 @@ def test_target_precision_stores_a_confidence_floor_that_evaluate_and_the_runtim
                  str(SAMPLE_QA_DEV), "--out", str(tmp_path / "bad"), "--target-precision", "1.5",
                  "--no-progress"]) != 0
     assert "--target-precision must be between 0 and 1" in capsys.readouterr().err
+
+
+def test_calibrate_gives_an_old_bundle_a_confidence_in_a_new_bundle(qa_bundle, tmp_path, capsys):
+    _, out = qa_bundle  # fine-tuned by the fixture; its task.json is rewritten here without a calibration
+    old = tmp_path / "old"
+    import shutil
+
+    from denki.models.bundle.format import write_manifest
+
+    shutil.copytree(out / "bundle", old)
+    task = read_task(old)
+    for k in ("confidence", "min_confidence", "target_precision", "target_precision_reached"):
+        task.pop(k, None)
+    (old / "task.json").write_text(json.dumps(task), encoding="utf-8")
+    m = read_manifest(old)
+    write_manifest(old, m["kind"], source=m["source"], metrics=m["metrics"])
+    before = (old / "task.json").read_bytes()
+    new = tmp_path / "new"
+    assert main(["calibrate", "qa", "--model", str(old), "--data", str(SAMPLE_QA_DEV), "--out", str(new),
+                 "--target-precision", "0.5", "--no-progress", "--threads", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "| coverage |" in printed and "calibrated bundle →" in printed
+    assert (old / "task.json").read_bytes() == before  # the source is left as it is
+    manifest = verify_bundle(new, kinds=("qa",))  # checksums rewritten for the new task.json
+    t = read_task(new)
+    assert t["confidence"]["answer"]["n"] + t["confidence"]["no_answer"]["n"] == 150
+    assert t["target_precision"] == 0.5 and "min_confidence" in t
+    assert t["null_threshold"] == task["null_threshold"] and manifest["source"]["calibrated"]["data"] == str(SAMPLE_QA_DEV)

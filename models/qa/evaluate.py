@@ -31,14 +31,16 @@ def subsample(examples: list[QAExample], n: int | None, seed: int) -> list[QAExa
     return [examples[i] for i in keep]
 
 
-def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predictions: str | None = None,
-                batch_size: int = 64, max_examples: int | None = None, strict: bool = False, device: str = "auto",
-                threads: int | None = None, progress: bool = True) -> dict:
-    """Score a ``qa`` bundle on a labelled file with the bundle's own threshold and windowing."""
+def predict_file(model: str, data: str, *, batch_size: int = 64, max_examples: int | None = None,
+                 strict: bool = False, device: str = "auto", threads: int | None = None,
+                 progress: bool = True) -> tuple:
+    """Answer every question of a labelled file with a ``qa`` bundle's own windowing, null rule and threshold →
+    ``(bundle_dir, task, data, features, {qid: result})``: the reader's answers, before any abstention."""
     import torch
 
     from denki.models.bundle.format import read_task, resolve_bundle, verify_bundle
     from denki.models.bundle.pytorch import load_model
+    from denki.models.qa.heads import qa_model_class
     from denki.models.text.tokenizer import JapaneseTokenizer
     from denki.models.training.loop import pick_device
 
@@ -49,8 +51,6 @@ def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predic
     task = read_task(model)
     if task.get("task") != READER.command:
         raise DenkiError(f"{model}: task.json is missing or not a QA task")
-    from denki.models.qa.heads import qa_model_class
-
     m = load_model(model, qa_model_class(model, task.get("answerable_head", False)), kinds=("qa",))
     m.to(pick_device(device))
     tok = JapaneseTokenizer.load(model)
@@ -58,14 +58,23 @@ def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predic
     exs = subsample(qd.examples, max_examples, 0)
     feats = build_features(exs, tok, max_length=task["max_length"], doc_stride=task["doc_stride"],
                            progress=progress, desc="qa: windows")
-    thr = float(task["null_threshold"])
     res = predict_results(m, feats, tok, n_best=task.get("n_best", 20), max_answer_length=task["max_answer_length"],
-                          null_threshold=thr, null_rule=task.get("null_rule", "cls"), batch_size=batch_size,
-                          progress=progress)
+                          null_threshold=float(task["null_threshold"]), null_rule=task.get("null_rule", "cls"),
+                          batch_size=batch_size, progress=progress)
+    return model, task, qd, feats, res
+
+
+def evaluate_qa(*, model: str, data: str, output_json: str | None = None, predictions: str | None = None,
+                batch_size: int = 64, max_examples: int | None = None, strict: bool = False, device: str = "auto",
+                threads: int | None = None, progress: bool = True) -> dict:
+    """Score a ``qa`` bundle on a labelled file with the bundle's own threshold and windowing, plus the selective
+    answering table where the bundle has a confidence calibration."""
+    model, task, qd, feats, res = predict_file(model, data, batch_size=batch_size, max_examples=max_examples,
+                                               strict=strict, device=device, threads=threads, progress=progress)
     golds = golds_of(feats.examples)
     metrics = squad_v2_metrics(golds, res, threshold_at=THRESHOLD_AT)
     metrics["selective"] = selective_report(res, golds, task)
-    metrics["null_threshold"] = thr
+    metrics["null_threshold"] = float(task["null_threshold"])
     metrics["null_rule"] = task.get("null_rule", "cls")
     out = {**metrics, "model": str(model), "data": str(data), "data_summary": qd.summary(),
            "max_examples": max_examples, "skipped": qd.skipped + feats.skipped}
