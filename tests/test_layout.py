@@ -30,6 +30,7 @@ MODELS_STAGES = {
     "task": {"io", "text", "bundle", "training"},
     "classify": {"io", "text", "bundle", "training", "task"},
     "qa": {"io", "text", "bundle", "training", "task"},
+    "retrieval": {"io", "text"},
     "registry": {"io", "text", "bundle", "training", "task", "classify", "qa"},
     "export": {"io", "text", "bundle", "task", "registry"},
 }
