@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "denki.app.cmd_calibrate",
     "denki.app.cmd_export",
     "denki.app.cmd_index",
+    "denki.app.cmd_ask",
     "denki.app.cmd_classify",
     "denki.app.cmd_bench",
     "denki.app.cmd_demo",

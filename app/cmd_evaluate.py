@@ -9,11 +9,12 @@ from denki.app.cmd_finetune import add_qa_run_options
 
 def register(sub) -> None:
     ev = sub.add_parser("evaluate", help="score a fine-tuned bundle on a labelled file",
-                        description="Evaluation commands (PyTorch and ONNX bundles).")
+                        description="Evaluation commands (PyTorch and ONNX bundles; `evaluate ask`: an index and a reader).")
     ev.set_defaults(_group_parser=ev)
     evsub = ev.add_subparsers(dest="evaluate_command", metavar="TASK")
     _register_classify(evsub)
     _register_qa(evsub)
+    _register_ask(evsub)
 
 
 def _register_classify(sub) -> None:
@@ -74,6 +75,44 @@ def _register_qa(sub) -> None:
                         "the stored operating point); the table is printed either way")
     add_qa_run_options(p)
     p.set_defaults(func=cmd_evaluate_qa)
+
+
+def _register_ask(sub) -> None:
+    p = sub.add_parser("ask", help="score asking a whole collection (index + reader) on a labelled SQuAD 2.0 file",
+                       description="Ask every answerable question of a SQuAD 2.0 file of an index built from its "
+                                   "contexts (`denki index build --docs FILE`): passage recall at 1/5/20, end-to-end "
+                                   "HasAns F1/EM against the same reader given each question's own passage "
+                                   "(gold_passage_HasAns_f1), and with --exclude-articles N whole articles left "
+                                   "out of the index, the share of their questions answered 回答なし "
+                                   "(out_of_collection_no_answer). Synthetic unanswerable questions are left out "
+                                   "(their answer is in the collection). Latency percentiles of retrieval and of "
+                                   "the whole question.")
+    p.add_argument("--index", required=True)
+    p.add_argument("--qa", required=True, help="onnx-qa bundle")
+    p.add_argument("--data", required=True, help="SQuAD 2.0 .json(.gz) whose contexts the index holds")
+    p.add_argument("-k", type=int, default=5, help="passages read per question (default: 5)")
+    p.add_argument("--exclude-articles", type=int, default=0, metavar="N",
+                   help="leave N whole articles (drawn with --seed) out of a copy of the index (default: 0)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-examples", type=int, default=None, help="the first N answerable questions only")
+    p.add_argument("--output-json", default=None)
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_evaluate_ask)
+
+
+def cmd_evaluate_ask(args) -> int:
+    from denki.models.io.fileio import atomic_write_json
+    from denki.serve.evaluate_ask import evaluate_ask
+
+    out = evaluate_ask(args.index, args.qa, args.data, k=args.k, exclude_articles=args.exclude_articles,
+                       seed=args.seed, limit=args.max_examples, backend=args.backend, threads=args.threads,
+                       progress=not args.no_progress)
+    if args.output_json:
+        atomic_write_json(args.output_json, out)
+    print(json.dumps({k: v for k, v in out.items() if k != "excluded_articles"}, ensure_ascii=False, indent=2))
+    return 0
 
 
 def cmd_evaluate_classify(args) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path as _Path
 
-__all__ = ["Predictor", "DenkiError", "__version__"]
+__all__ = ["Predictor", "Asker", "DenkiError", "__version__"]
 
 _root = _Path(__file__).resolve().parent.parent
 if not (_Path(__file__).resolve().parent / "serve").is_dir() and (_root / "serve" / "__init__.py").is_file():
@@ -26,7 +26,8 @@ try:
 except Exception:  # a source tree without installation
     __version__ = "0+source"
 
-_LAZY = {"Predictor": ("denki.serve.runtime", "Predictor"), "DenkiError": ("denki.models.io.errors", "DenkiError")}
+_LAZY = {"Predictor": ("denki.serve.runtime", "Predictor"), "Asker": ("denki.serve.asker", "Asker"),
+         "DenkiError": ("denki.models.io.errors", "DenkiError")}
 
 
 def __getattr__(name: str):
