@@ -94,7 +94,8 @@ def _register_ask(sub) -> None:
     p.add_argument("--exclude-articles", type=int, default=0, metavar="N",
                    help="leave N whole articles (drawn with --seed) out of a copy of the index (default: 0)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-examples", type=int, default=None, help="the first N answerable questions only")
+    p.add_argument("--max-examples", type=int, default=None,
+                   help="a random subset of N answerable questions (drawn with --seed), for a quicker look")
     p.add_argument("--output-json", default=None)
     p.add_argument("--backend", default="auto")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")

@@ -51,7 +51,10 @@ def evaluate_ask(index_dir: str | Path, qa_dir: str | Path, data: str | Path, *,
 
     gold = {q.id: q for q in squad_questions(data)}
     examples = {e.id: e for e in read_qa(str(data)).examples}
-    qs = [q for q in gold.values() if q.answerable and not q.synthetic and q.id in examples][:limit]
+    qs = [q for q in gold.values() if q.answerable and not q.synthetic and q.id in examples]
+    if limit and limit < len(qs):  # a seeded random subset across the whole file (left-out articles included)
+        keep = set(random.Random(seed).sample(range(len(qs)), limit))
+        qs = [q for i, q in enumerate(qs) if i in keep]
     articles = sorted({q.passage_id.rsplit("#", 1)[0] for q in gold.values()})
     with tempfile.TemporaryDirectory() as t:
         idx_dir, dropped = Path(index_dir), []
