@@ -68,7 +68,7 @@ def evaluate_ask(index_dir: str | Path, qa_dir: str | Path, data: str | Path, *,
         if missing:
             raise DenkiError(f"{index_dir}: the index lacks {len(missing)} articles of {data} (e.g. {missing[0]!r}): "
                              "build it from this file (denki index build --docs FILE)")
-        e2e, gp, ranks, out_no, ret_ms, ask_ms = [], [], [], [], [], []
+        e2e, gp, ranks, out_no, in_no, ret_ms, ask_ms = [], [], [], [], [], [], []
         for q in tqdm(qs, desc="ask: questions", disable=not progress, mininterval=1.0):
             ex = examples[q.id]
             t0 = time.perf_counter()
@@ -79,6 +79,7 @@ def evaluate_ask(index_dir: str | Path, qa_dir: str | Path, data: str | Path, *,
             if q.passage_id.rsplit("#", 1)[0] in dropped:
                 out_no.append(not r["has_answer"])
                 continue
+            in_no.append(not r["has_answer"])
             ranks.append(next((h.rank for h in hits if h.passage.id == q.passage_id), np.inf))
             e2e.append(max_over_golds(r["answer"], ex.answer_texts))
             g = asker.reader.answer(q.question, ex.context)
@@ -94,5 +95,8 @@ def evaluate_ask(index_dir: str | Path, qa_dir: str | Path, data: str | Path, *,
             "gold_passage_HasAns_f1": 100.0 * float(np.mean([f for _, f in gp])) if gp else None,
             "excluded_articles": dropped, "out_of_collection_questions": len(out_no),
             "out_of_collection_no_answer": float(np.mean(out_no)) if out_no else None,
+            # the same share on the answerable questions still in the index: a reader that says 回答なし to
+            # everything would score 1.0 above too, so read the two together
+            "in_collection_no_answer": float(np.mean(in_no)) if in_no else None,
             "latency_ms": {"retrieval": _pct(ret_ms), "ask": _pct(ask_ms)}, "threads": threads,
             "reader_backend": asker.reader.backend}
