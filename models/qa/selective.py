@@ -28,6 +28,7 @@ RIGHT_F1 = 0.5          # an answer counts as right at character F1 ≥ this (th
 MARGIN_CAP = 50.0       # |margin| beyond this (or infinite: no valid span) is clipped: the logistic fit stays finite
 MAX_CONFIDENCE = 0.999  # confidences are clipped to [0.001, 0.999]
 CONFIDENCE_FORMAT = 1
+CURVE_POINTS = 201      # points of the coverage curves kept in reports and output JSON
 COVERAGE_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 REASONS = ("answer", "no_answer", "unsure")
 
@@ -142,8 +143,8 @@ def selective_report(results: Mapping[str, dict], golds: Mapping[str, Sequence[s
         kept = order[:k]
         rows.append({"coverage": c, "n": k, "min_confidence": float(conf[kept[-1]]),
                      "right": float(right[kept].mean()), "exact": float(exact[kept].mean())})
-    out = {"right_if": cal.get("right_if"), "rows": rows, "curve": coverage_curve(conf, right),
-           "curve_exact": coverage_curve(conf, exact), "mean_confidence": float(conf.mean()),
+    out = {"right_if": cal.get("right_if"), "rows": rows, "curve": _thin(coverage_curve(conf, right)),
+           "curve_exact": _thin(coverage_curve(conf, exact)), "mean_confidence": float(conf.mean()),
            "right_rate": float(right.mean())}
     floor = task.get("min_confidence")
     if floor is not None:
@@ -153,6 +154,16 @@ def selective_report(results: Mapping[str, dict], golds: Mapping[str, Sequence[s
                                   "right": float(right[keep].mean()) if keep.any() else None,
                                   "exact": float(exact[keep].mean()) if keep.any() else None}
     return out
+
+
+def _thin(curve: dict, points: int = CURVE_POINTS) -> dict:
+    """At most ``points`` evenly spaced points of a coverage curve (the last kept): enough for the plot, small in
+    a report or an output JSON."""
+    n = len(curve["coverage"])
+    if n <= points:
+        return curve
+    idx = sorted(set(np.linspace(0, n - 1, points).round().astype(int).tolist()))
+    return {k: [v[i] for i in idx] for k, v in curve.items()}
 
 
 def fit_min_confidence(results: Mapping[str, dict], golds: Mapping[str, Sequence[str]], calibration: Mapping,
