@@ -78,6 +78,8 @@ def _register_qa(sub) -> None:
 
 
 def _register_ask(sub) -> None:
+    from denki.serve.asker import UNANSWERABLE_SHARE
+
     p = sub.add_parser("ask", help="score asking a whole collection (index + reader) on a labelled SQuAD 2.0 file",
                        description="Ask every answerable question of a SQuAD 2.0 file of an index built from its "
                                    "contexts (`denki index build --docs FILE`): passage recall at 1/5/20, end-to-end "
@@ -96,6 +98,9 @@ def _register_ask(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-examples", type=int, default=None,
                    help="a random subset of N answerable questions (drawn with --seed), for a quicker look")
+    p.add_argument("--unanswerable-share", type=float, default=UNANSWERABLE_SHARE, metavar="S",
+                   help="s of mixed_f1 ((1 - s) x HasAns F1 + s x out_of_collection_no_answer, with "
+                        f"--exclude-articles; default {UNANSWERABLE_SHARE}): what `denki calibrate ask` maximises")
     p.add_argument("--output-json", default=None)
     p.add_argument("--backend", default="auto")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
@@ -109,7 +114,7 @@ def cmd_evaluate_ask(args) -> int:
 
     out = evaluate_ask(args.index, args.qa, args.data, k=args.k, exclude_articles=args.exclude_articles,
                        seed=args.seed, limit=args.max_examples, backend=args.backend, threads=args.threads,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, share=args.unanswerable_share)
     if args.output_json:
         atomic_write_json(args.output_json, out)
     print(json.dumps({k: v for k, v in out.items() if k != "excluded_articles"}, ensure_ascii=False, indent=2))

@@ -3,7 +3,8 @@
 a shipped general checkpoint continued on the sample corpus (domain-adaptive RTD; when none is shipped, or with
 ``--from-checkpoint none``: a tokenizer and a tiny MLM encoder from scratch) → routing
 classifier (from the pretrained bundle, and from random init as the control; the better on dev is deployed) + QA
-fine-tuning → ONNX export (fp32 + O2 + int8, parity gated) → evaluation → summary table → demo. Every stage
+fine-tuning → ONNX export (fp32 + O2 + int8, parity gated) → the sample manual indexed and asked with the QA
+model (``denki index`` + ``denki ask``) → evaluation → summary table → demo. Every stage
 writes under ``--out`` and is skipped when its output exists and its inputs have not changed (``_Stages``), so
 re-running is cheap. Sized to finish in ≤ 10 minutes on 2 CPU cores.
 
@@ -20,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from denki.app.quickstart_ask import ASK_EXAMPLES, MANUAL, ask_sample_manual
 from denki.app.quickstart_summary import OBJECTIVE_NAMES, format_summary
 
 REPO = Path(__file__).resolve().parents[1]
@@ -258,6 +260,10 @@ class _Run:
         return self.out / "qa-onnx"
 
     @property
+    def ask_path(self) -> Path:  # the ask stage's answers; its index is OUT/manual-index
+        return self.out / "ask.json"
+
+    @property
     def summary_path(self) -> Path:
         return self.out / "summary.json"
 
@@ -278,6 +284,7 @@ def cmd_quickstart(args) -> int:
     _choose_router(run)
     _qa_stage(run)
     _export_stage(run)
+    _ask_stage(run)
     _evaluate_stage(run)
     summary = json.loads(run.summary_path.read_text(encoding="utf-8"))
     summary["stage_seconds"] = run.st.times
@@ -296,7 +303,7 @@ def _setup(args) -> tuple[_Run, float]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    st = _Stages(8, out)
+    st = _Stages(9, out)
     start = resolve_start(args.from_checkpoint)
     objective = "electra" if start else args.objective  # continued RTD: the checkpoint is an ELECTRA
     # a pretrained bundle holds its tokenizer
@@ -449,14 +456,32 @@ def _export_stage(run: _Run) -> None:
         sid="export", outputs=(run.cls_onnx, run.qa_onnx), inputs={"router": router_key, "qa": run.keys["qa"]})
 
 
+def _ask_stage(run: _Run) -> None:
+    """Stage 7: index the sample manual (``denki index build``) and ask it ``ASK_EXAMPLES`` with the exported QA
+    model (``denki ask``); the answers go to ``OUT/ask.json`` and the summary."""
+    index = run.out / "manual-index"
+
+    def ask():
+        from denki.models.io.fileio import atomic_write_json
+
+        atomic_write_json(run.ask_path, ask_sample_manual(index, run.qa_onnx, threads=run.args.threads))
+        print(f"  ask it yourself: denki ask --index {index} --qa {run.qa_onnx} --question \"{ASK_EXAMPLES[1]}\"")
+
+    run.keys["ask"] = run.st.run(
+        f"index {MANUAL.relative_to(REPO)} and ask it (denki index + denki ask)",
+        run.ask_path.is_file() and (index / "manifest.json").is_file(), ask, sid="ask",
+        outputs=(index, run.ask_path),
+        inputs={"export": run.keys["export"], "manual": _file_id(MANUAL), "questions": ASK_EXAMPLES})
+
+
 def _evaluate_stage(run: _Run) -> None:
-    """Stage 7: score the ONNX bundles on the sample dev sets and write ``OUT/summary.json``."""
+    """Stage 8: score the ONNX bundles on the sample dev sets and write ``OUT/summary.json``."""
     from denki.models.io.fileio import atomic_write_json
 
     run.st.run("evaluate ONNX bundles on the sample dev sets", run.summary_path.is_file(),
                lambda: atomic_write_json(run.summary_path, _summary(run)), sid="evaluate",
                inputs={"export": run.keys["export"], "routing_dev": run.routing_ids["dev"],
-                       "qa_dev": _file_id(QA[1])},
+                       "qa_dev": _file_id(QA[1]), "ask": run.keys["ask"]},
                outputs=(run.summary_path,))
 
 
@@ -524,6 +549,7 @@ def _summary(run: _Run) -> dict:
         "latency_p50_ms_batch1": _latency_p50(run.cls_onnx, dev_texts),
         "parity": {"classifier": read_manifest(run.cls_onnx)["metrics"]["parity"],
                    "qa": read_manifest(run.qa_onnx)["metrics"]["parity"]},
+        "ask": json.loads(run.ask_path.read_text(encoding="utf-8")),
         # variants the export left out because they failed their parity gate (best effort; see _export_stage)
         "left_out": {"classifier": read_manifest(run.cls_onnx)["metrics"].get("left_out", []),
                      "qa": read_manifest(run.qa_onnx)["metrics"].get("left_out", [])},
@@ -531,7 +557,7 @@ def _summary(run: _Run) -> dict:
 
 
 def _demo_stage(run: _Run) -> None:
-    """Stage 8: the Gradio demo on both ONNX bundles (or, with --no-demo, the command that starts it later)."""
+    """Stage 9: the Gradio demo on both ONNX bundles (or, with --no-demo, the command that starts it later)."""
 
     def demo():
         if run.args.no_demo:

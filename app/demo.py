@@ -1,5 +1,6 @@
-"""`denki demo`: a Gradio app over the torch-free ONNX predictors — routing, span QA, batch scoring, latency
-(measured on demand per model and variant by :func:`measure_latency`, and the session's own requests).
+"""`denki demo`: a Gradio app over the torch-free ONNX predictors — routing, span QA, asking a whole manual
+(:mod:`app.demo_ask`), batch scoring, latency (measured on demand per model and variant by :func:`measure_latency`,
+and the session's own requests).
 
 Handlers are plain functions of a :class:`DemoModels` (unit-tested without a browser); :func:`build_app` wires them
 into Gradio. Defaults are safe: binds 127.0.0.1, analytics off, inputs capped, at most two requests run at once and
@@ -17,14 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from denki.app.demo_ask import NO_ANSWER_JA, UNSURE_JA, ManualAsk, ask_tab, highlight_spans
 from denki.models.bundle.onnx import INT8_VARIANTS, MODEL_FILES
 from denki.models.io.errors import DenkiError
 from denki.models.registry.tasks import task_for
 from denki.serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS, Predictor, _cuda_usable
 
 HUMAN_JA = "担当者へ"
-NO_ANSWER_JA = "回答なし"
-UNSURE_JA = "わかりません（確信度が低いため回答を控えます）"
 DEFAULT_DIRS = {"classifier": "runs/quickstart/classifier-onnx", "qa": "runs/quickstart/qa-onnx"}
 BACKEND_LABELS = {"int8": "ORT int8 (CPU)", "int8-channel": "ORT int8 per-channel (CPU)",
                   "int8-static": "ORT int8 static QDQ (CPU)", "o2": "ORT O2 (CPU)", "o3": "ORT O3 (CPU)",
@@ -159,26 +159,23 @@ def answer_question(models: DemoModels, question: str, passage: str, backend: st
     conf_s = "" if conf is None else f"・確信度 {conf:.0%}"
     if r["has_answer"]:
         s, e = r["start"], r["end"]
-        spans = [(passage[:s], None), (passage[s:e], "回答"), (passage[e:], None)]
+        spans = highlight_spans(passage, s, e, "回答")
         md = (f"### 回答: **{r['answer']}**\n文字位置 {s}–{e}（{r['windows']} ウィンドウ）・"
               f"無回答スコア差 {diff_s} ≤ しきい値 {thr:.3f}{conf_s}")
     elif r.get("reason") == "unsure":
         cand = r.get("span_answer") or ""
         s, e = r.get("span_start"), r.get("span_end")
-        spans = ([(passage[:s], None), (passage[s:e], "候補（確信度不足）"), (passage[e:], None)]
-                 if cand and s is not None else [(passage, None)])
+        spans = highlight_spans(passage, s if cand else None, e, "候補（確信度不足）")
         md = (f"### {UNSURE_JA}\n確信度 {conf:.0%} < 下限 {float(p.task['min_confidence']):.0%}"
               f"（担当者に確認してください）" + (f"・候補「{cand}」" if cand else ""))
     else:
         cand = r.get("span_answer") or ""
         s, e = r.get("span_start"), r.get("span_end")
-        if cand and s is not None:  # show what the model considered, clearly marked as rejected
-            spans = [(passage[:s], None), (passage[s:e], "候補（不採用）"), (passage[e:], None)]
-        else:
-            spans = [(passage, None)]
+        # show what the model considered, clearly marked as rejected
+        spans = highlight_spans(passage, s if cand else None, e, "候補（不採用）")
         md = (f"### {NO_ANSWER_JA}\n無回答スコア差 {diff_s} > しきい値 {thr:.3f}（{r['windows']} ウィンドウ）{conf_s}"
               + (f"・最有力候補「{cand}」は不採用" if cand else ""))
-    return [x for x in spans if x[0]], md, _timing(p, wall)
+    return spans, md, _timing(p, wall)
 
 
 def score_file(models: DemoModels, path: str | None, backend: str, out_dir: str | None = None) -> tuple:
@@ -338,9 +335,14 @@ def example_label(example: list[str]) -> str:
     return f"{_shorten(example[0], 60)} ／ 本文: {_shorten(example[1], 40)}"
 
 
-def build_app(models: DemoModels):
+def build_app(models: DemoModels, index: str | None = None):
+    """The Gradio app; ``index``: the prebuilt passage index the 「マニュアルに質問」 tab asks (None: the sample
+    manual, indexed at start)."""
     import gradio as gr
 
+    if index is not None and models.dirs["qa"] is None:
+        raise DenkiError("--index needs a QA model to read its passages: give one with --qa DIR")
+    ask = ManualAsk(models, index) if models.dirs["qa"] is not None else None
     with gr.Blocks(title="denki デモ") as app:
         history = gr.State([])
         gr.Markdown("# denki (電気) デモ\n自社の日本語テキストで学習した小さな ELECTRA モデル（ONNX, torch 不要）。"
@@ -373,6 +375,9 @@ def build_app(models: DemoModels):
             if qa_examples:
                 gr.Examples(qa_examples, inputs=[question, passage], label="例", elem_id="qa-examples",
                             example_labels=[example_label(e) for e in qa_examples])
+        with gr.Tab("マニュアルに質問", visible=ask is not None):
+            if ask is not None:
+                ask_tab(ask, models.backends("qa"), history)
         with gr.Tab("バッチ", visible=models.dirs["classifier"] is not None):
             gr.Markdown("CSV（ヘッダー行あり）または JSONL をアップロードすると、各行に label / score / route を"
                         "付けたファイルを返します。処理できない行はエラーファイルに行番号と理由付きで出力されます。")
@@ -442,10 +447,10 @@ def build_app(models: DemoModels):
 
 
 def launch(classifier: str | None, qa: str | None, *, host: str = "127.0.0.1", port: int = 7860,
-           threads: int | None = None, prefer: str = "auto", block: bool = True):
+           threads: int | None = None, prefer: str = "auto", block: bool = True, index: str | None = None):
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     models = DemoModels(classifier, qa, threads=threads, prefer=prefer)
-    app = build_app(models)
+    app = build_app(models, index)
     print(f"denki demo: http://{host}:{port}  (classifier: {models.dirs['classifier']}, qa: {models.dirs['qa']})")
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"denki demo: WARNING: listening on {host}: reachable from other machines; there is no login")

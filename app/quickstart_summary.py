@@ -43,6 +43,17 @@ def _out_of_scope_row(r: dict) -> str:
     return f"| texts no desk handles → 担当者 | {sent} of {len(ex)}: {shown} |"
 
 
+def _ask_row(a: dict | None) -> str:
+    """What asking the sample manual gave: each question → its answer (and section), or 回答なし."""
+    if not a:
+        return "| asking the sample manual | not run (a summary from before the ask stage) |"
+    said = " · ".join(f"「{r['question']}」→ " + (f"「{r['answer']}」 ({r['title']})" if r["has_answer"] else
+                                                 f"回答なし ({r['reason']})") for r in a["questions"])
+    ms = sorted(r["ms"] for r in a["questions"])[len(a["questions"]) // 2]
+    return (f"| asking samples/manual.md ({a['passages']} passages, k={a['k']}; `denki ask`) | {said}; "
+            f"median {ms:.0f} ms a question |")
+
+
 def format_summary(s: dict, out: Path, seconds: float) -> str:
     f = _num
 
@@ -83,6 +94,7 @@ def format_summary(s: dict, out: Path, seconds: float) -> str:
         f"ONNX {q['onnx_backend']}: {f(q['onnx'].get('exact'))} / "
         f"{f(q['onnx'].get('f1'))} ({f(q['onnx'].get('HasAns_f1'))}, {f(q['onnx'].get('NoAns_exact'))}) · PyTorch: "
         f"{f(q['pytorch'].get('exact'))} / {f(q['pytorch'].get('f1'))} |",
+        _ask_row(s.get("ask")),
         "| routing latency p50, batch 1 (ms) | " +
         ", ".join(f"{b} {v:.2f}" for b, v in s["latency_p50_ms_batch1"].items()) + " |",
     ]

@@ -2,7 +2,10 @@
 hours, returns, set-up steps) with questions of the kind a help desk gets, a quarter of them unanswerable from the
 paragraph. Written for this kit (no outside source); every answer is located by its text, which must occur once.
 
-    python scripts/make_manual_qa.py            # → samples/manual_qa.jsonl
+    python scripts/make_manual_qa.py            # → samples/manual_qa.jsonl and samples/manual.md
+
+samples/manual.md is the same six paragraphs as one Markdown manual (a heading each): the collection that the
+quickstart indexes and asks (`denki index build --docs samples/manual.md`) and the demo's 「マニュアルに質問」 tab.
 """
 from __future__ import annotations
 
@@ -82,8 +85,19 @@ def rows() -> list[dict]:
     return out
 
 
+def manual_markdown() -> str:
+    """The six paragraphs as one Markdown file: a title, then a `##` heading per paragraph."""
+    parts = ["# denki サンプルマニュアル\n\n"
+             "denki のクイックスタートとデモが索引にする、製品とお店の案内をまとめた架空のマニュアルです。\n"]
+    parts += [f"\n## {title}\n\n{paragraph}\n" for title, paragraph, _ in MANUALS]
+    return "".join(parts)
+
+
 if __name__ == "__main__":
-    path = Path(__file__).resolve().parent.parent / "samples" / "manual_qa.jsonl"
+    samples = Path(__file__).resolve().parent.parent / "samples"
+    path = samples / "manual_qa.jsonl"
     rs = rows()
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rs), encoding="utf-8")
     print(f"{len(rs)} questions ({sum(r['is_impossible'] for r in rs)} unanswerable) → {path}")
+    (samples / "manual.md").write_text(manual_markdown(), encoding="utf-8")
+    print(f"{len(MANUALS)} sections → {samples / 'manual.md'}")

@@ -10,8 +10,9 @@ comes back — the span of the most answerable passage, or no answer when none h
 
 The decision across passages: the passage whose ``null_score_diff`` is lowest (the reader is surest a span beats
 no answer there; ties → the higher span score) is the candidate, answered iff that difference is at most the
-threshold — the reader's own ``null_threshold`` unless one is given. Taking the least "no answer" of k passages
-leans toward answering as k grows; ``denki evaluate ask`` measures it (not calibrated across passages yet).
+threshold: the one given, else the bundle's ``ask_null_threshold`` (fitted across passages by ``denki calibrate
+ask``, :mod:`serve.calibrate_ask`), else the reader's own single-passage ``null_threshold``. Taking the least "no
+answer" of k passages leans toward answering as k grows; ``denki evaluate ask`` measures it.
 """
 from __future__ import annotations
 
@@ -24,12 +25,19 @@ from denki.models.io.errors import DenkiError
 from denki.models.task.batching import check_texts
 
 DEFAULT_K = 5
+#: s of the mixed F1 that ``denki calibrate ask`` maximises ((1 − s) × HasAns F1 in the collection + s × 回答なし for
+#: left-out articles): JaQuAD dev's share of unanswerable questions, the mix the reader's own null threshold was
+#: tuned for (experiments/ask-retrieval)
+UNANSWERABLE_SHARE = 0.33
 
 
 class Asker:
-    """An index and a reader, asked together."""
+    """An index and a reader, asked together. ``index`` is an index folder or an open
+    :class:`~models.retrieval.index.PassageIndex`; ``qa`` an ONNX QA bundle's folder or a loaded
+    :class:`~serve.runtime.Predictor` (``denki serve --index`` shares the one its ``/v1/answer`` uses, the demo
+    its own)."""
 
-    def __init__(self, index: str | os.PathLike, qa: str | os.PathLike, *, k: int = DEFAULT_K,
+    def __init__(self, index: str | os.PathLike, qa, *, k: int = DEFAULT_K,
                  null_threshold: float | None = None, backend: str = "auto", device: str = "auto",
                  threads: int | None = None):
         from denki.models.retrieval.index import PassageIndex
@@ -37,8 +45,9 @@ class Asker:
 
         if k < 1:
             raise DenkiError(f"k must be at least 1, not {k}")
-        self.index = PassageIndex(index)
-        self.reader = Predictor(qa, backend=backend, device=device, threads=threads)
+        self.index = index if isinstance(index, PassageIndex) else PassageIndex(index)
+        self.reader = qa if isinstance(qa, Predictor) else Predictor(qa, backend=backend, device=device,
+                                                                      threads=threads)
         if not hasattr(self.reader.head, "answer_batch"):
             raise DenkiError(f"{qa}: not a QA bundle (denki ask reads passages with an onnx-qa bundle)")
         self.k = int(k)
@@ -46,23 +55,48 @@ class Asker:
 
     @property
     def threshold(self) -> float:
-        return float(self.null_threshold if self.null_threshold is not None
-                     else self.reader.task.get("null_threshold", 0.0))
+        """The no-answer threshold across passages: the one given, else the bundle's ``ask_null_threshold``
+        (``denki calibrate ask``), else the reader's own single-passage ``null_threshold``."""
+        if self.null_threshold is not None:
+            return float(self.null_threshold)
+        task = self.reader.task
+        return float(task.get("ask_null_threshold", task.get("null_threshold", 0.0)))
 
     def ask(self, question: str, *, k: int | None = None) -> dict:
         """One answer from the collection (see the module docstring for the fields)."""
+        t0 = time.perf_counter()
+        hits = self.search(question, k=k)
+        t1 = time.perf_counter()
+        reads = self.reader.answer_batch(self.pairs(question, hits)) if hits else []
+        t2 = time.perf_counter()
+        return self.result(hits, reads, retrieval_ms=(t1 - t0) * 1e3, reader_ms=(t2 - t1) * 1e3)
+
+    # the three steps of ask(), public so that the HTTP API can run the reader through its micro-batcher
+    def search(self, question: str, *, k: int | None = None) -> list:
+        """The question checked (not blank, within the size limits), then its ``k`` best passages (index hits)."""
         if not question or not question.strip():
             raise DenkiError("the question is empty")
         check_texts([question])
-        t0 = time.perf_counter()
-        hits = self.index.search(question, k=k or self.k)
-        t1 = time.perf_counter()
-        reads = self.reader.answer_batch([(question, h.passage.text) for h in hits]) if hits else []
-        t2 = time.perf_counter()
+        if k is not None and k < 1:
+            raise DenkiError(f"k must be at least 1, not {k}")
+        return self.index.search(question, k=k or self.k)
+
+    @staticmethod
+    def pairs(question: str, hits: list) -> list[tuple[str, str]]:
+        """(question, passage text) for each hit: what the reader reads."""
+        return [(question, h.passage.text) for h in hits]
+
+    def result(self, hits: list, reads: list[dict], *, retrieval_ms: float, reader_ms: float) -> dict:
+        """The reader's raw results on the hits (``Predictor.answer_batch``) → the answer dict."""
         out = self._decide(hits, reads)
-        out["retrieval_ms"] = round((t1 - t0) * 1e3, 3)
-        out["reader_ms"] = round((t2 - t1) * 1e3, 3)
+        out["retrieval_ms"] = round(retrieval_ms, 3)
+        out["reader_ms"] = round(reader_ms, 3)
         return out
+
+    def describe(self) -> dict:
+        """What is asked: the index (folder, passages, documents), k and the no-answer threshold."""
+        return {"index": str(self.index.dir), "passages": len(self.index), "documents": len(self.index.documents()),
+                "k": self.k, "null_threshold": self.threshold}
 
     def ask_batch(self, questions: Sequence[str], *, k: int | None = None) -> list[dict]:
         return [self.ask(q, k=k) for q in questions]

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from denki.serve.asker import UNANSWERABLE_SHARE
+
 RECALL_AT = (1, 5, 20)
 
 
@@ -36,10 +38,27 @@ def _left_out(index_dir: Path, articles: list[str], n: int, seed: int, tmp: Path
     return out, drop
 
 
+def mixed_f1(in_rows: list[tuple[float | None, float]], out_diffs: list[float | None], threshold: float,
+             share: float = UNANSWERABLE_SHARE) -> float | None:
+    """The mixed F1 (percent) at ``threshold``: a question in the collection scores its candidate span's F1 when
+    answered (candidate ``null_score_diff`` ≤ threshold), 0 otherwise; a left-out article's question scores 1 when
+    not answered. ``in_rows``: (candidate diff or None when nothing can be answered, span F1); ``out_diffs``: the
+    left-out questions' candidate diffs. None without both groups."""
+    if not in_rows or not out_diffs:
+        return None
+    answered = [d is not None and not (d > threshold) for d, _ in in_rows]
+    has = float(np.mean([f if a else 0.0 for a, (_, f) in zip(answered, in_rows)]))
+    no = float(np.mean([not (d is not None and not (d > threshold)) for d in out_diffs]))
+    return 100.0 * ((1.0 - share) * has + share * no)
+
+
 def evaluate_ask(index_dir: str | Path, qa_dir: str | Path, data: str | Path, *, k: int = 5,
                  exclude_articles: int = 0, seed: int = 0, limit: int | None = None, backend: str = "auto",
-                 threads: int | None = None, progress: bool = True) -> dict:
-    """The figures of the module docstring → a JSON-able dict."""
+                 threads: int | None = None, progress: bool = True, share: float = UNANSWERABLE_SHARE,
+                 gold_passage: bool = True, keep_rows: bool = False) -> dict:
+    """The figures of the module docstring → a JSON-able dict. ``gold_passage=False`` skips reading each
+    question's own passage (no ``gold_passage_*``); ``keep_rows`` adds ``rows``: each question's candidate
+    ``null_score_diff`` (and span F1 in the collection), what :func:`mixed_f1` and ``denki calibrate ask`` need."""
     from tqdm.auto import tqdm
 
     from denki.models.io.errors import DenkiError
@@ -69,6 +88,7 @@ def evaluate_ask(index_dir: str | Path, qa_dir: str | Path, data: str | Path, *,
             raise DenkiError(f"{index_dir}: the index lacks {len(missing)} articles of {data} (e.g. {missing[0]!r}): "
                              "build it from this file (denki index build --docs FILE)")
         e2e, gp, ranks, out_no, in_no, ret_ms, ask_ms = [], [], [], [], [], [], []
+        in_rows, out_diffs = [], []  # the candidates, whatever the threshold: for mixed_f1 and calibrate ask
         for q in tqdm(qs, desc="ask: questions", disable=not progress, mininterval=1.0):
             ex = examples[q.id]
             t0 = time.perf_counter()
@@ -76,27 +96,44 @@ def evaluate_ask(index_dir: str | Path, qa_dir: str | Path, data: str | Path, *,
             ret_ms.append((time.perf_counter() - t0) * 1e3)
             r = asker.ask(q.question)
             ask_ms.append(r["retrieval_ms"] + r["reader_ms"])
+            diff = _candidate_diff(r)
             if q.passage_id.rsplit("#", 1)[0] in dropped:
                 out_no.append(not r["has_answer"])
+                out_diffs.append(diff)
                 continue
             in_no.append(not r["has_answer"])
             ranks.append(next((h.rank for h in hits if h.passage.id == q.passage_id), np.inf))
             e2e.append(max_over_golds(r["answer"], ex.answer_texts))
-            g = asker.reader.answer(q.question, ex.context)
-            gp.append(max_over_golds(g["answer"], ex.answer_texts))
+            in_rows.append((diff, max_over_golds(r["answer"] if r["has_answer"] else r.get("span_answer") or "",
+                                                 ex.answer_texts)[1]))
+            if gold_passage:
+                g = asker.reader.answer(q.question, ex.context)
+                gp.append(max_over_golds(g["answer"], ex.answer_texts))
     rk = np.array(ranks, dtype=float)
     n = max(1, len(rk))
-    return {"index": str(index_dir), "qa": str(qa_dir), "data": str(data), "k": k,
-            "null_threshold": asker.threshold, "questions": len(ranks),
-            "recall_at": {str(c): float((rk <= c).sum() / n) for c in RECALL_AT},
-            "HasAns_exact": 100.0 * float(np.mean([e for e, _ in e2e])) if e2e else None,
-            "HasAns_f1": 100.0 * float(np.mean([f for _, f in e2e])) if e2e else None,
-            "gold_passage_HasAns_exact": 100.0 * float(np.mean([e for e, _ in gp])) if gp else None,
-            "gold_passage_HasAns_f1": 100.0 * float(np.mean([f for _, f in gp])) if gp else None,
-            "excluded_articles": dropped, "out_of_collection_questions": len(out_no),
-            "out_of_collection_no_answer": float(np.mean(out_no)) if out_no else None,
-            # the same share on the answerable questions still in the index: a reader that says 回答なし to
-            # everything would score 1.0 above too, so read the two together
-            "in_collection_no_answer": float(np.mean(in_no)) if in_no else None,
-            "latency_ms": {"retrieval": _pct(ret_ms), "ask": _pct(ask_ms)}, "threads": threads,
-            "reader_backend": asker.reader.backend}
+    out = {"index": str(index_dir), "qa": str(qa_dir), "data": str(data), "k": k,
+           "null_threshold": asker.threshold, "questions": len(ranks),
+           "recall_at": {str(c): float((rk <= c).sum() / n) for c in RECALL_AT},
+           "HasAns_exact": 100.0 * float(np.mean([e for e, _ in e2e])) if e2e else None,
+           "HasAns_f1": 100.0 * float(np.mean([f for _, f in e2e])) if e2e else None,
+           "gold_passage_HasAns_exact": 100.0 * float(np.mean([e for e, _ in gp])) if gp else None,
+           "gold_passage_HasAns_f1": 100.0 * float(np.mean([f for _, f in gp])) if gp else None,
+           "excluded_articles": dropped, "out_of_collection_questions": len(out_no),
+           "out_of_collection_no_answer": float(np.mean(out_no)) if out_no else None,
+           # the same share on the answerable questions still in the index: a reader that says 回答なし to
+           # everything would score 1.0 above too, so read the two together
+           "in_collection_no_answer": float(np.mean(in_no)) if in_no else None,
+           "latency_ms": {"retrieval": _pct(ret_ms), "ask": _pct(ask_ms)}, "threads": threads,
+           "reader_backend": asker.reader.backend, "unanswerable_share": share,
+           "mixed_f1": mixed_f1(in_rows, out_diffs, asker.threshold, share)}
+    if keep_rows:
+        out["rows"] = {"in_collection": in_rows, "out_of_collection": out_diffs}
+    return out
+
+
+def _candidate_diff(r: dict) -> float | None:
+    """The candidate passage's ``null_score_diff`` — the number a threshold is compared with — or None when no
+    threshold makes this question answered (no passage, no span, or the reader's confidence floor said unsure)."""
+    if r["reason"] in ("no_passage", "unsure") or r.get("null_score_diff") is None:
+        return None
+    return float(r["null_score_diff"])

@@ -9,6 +9,8 @@ Endpoints (JSON in and out; errors are ``{"error": {"code", "message", "details"
 - ``POST /v1/classify`` ``{"texts": [...]}`` → ``{"results": [{"label", "score", "scores", "route", "reason"}]}``
 - ``POST /v1/answer`` ``{"question", "context"}`` → ``{"answer", "start", "end", "score", "has_answer", ...}``
 - ``POST /v1/answer/batch`` ``{"items": [{"question", "context"}, ...]}`` → ``{"results": [...]}``
+- ``POST /v1/ask`` ``{"question", "k"?}`` (with ``settings.index``: ``denki serve --index``) → ``{"answer",
+  "has_answer", "reason", "document", "passage", "start", "end", "score", "passages": [...], ...}``
 - ``GET /v1/models`` (what is loaded), ``GET /healthz`` (alive), ``GET /readyz`` (models loaded, accepting work),
   ``GET /metrics`` (Prometheus text format), ``GET /openapi.json`` and ``/docs``.
 
@@ -61,6 +63,7 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
     s = settings or ServerSettings()
     served = Served(settings=s, metrics=metrics or Metrics(), predictors=predictors)
     served.human_log = _open_human_log(served)
+    served.asker = _open_asker(served)
     _add_batchers(served)
     app = _fastapi_app(served)
     schemas = build_schemas(s)  # the request limits come from the settings
@@ -101,6 +104,18 @@ def _open_human_log(served: Served) -> HumanLog | None:
     return HumanLog(s.human_log, model=_model_name(classifier),
                     human=getattr(classifier, "task", {}).get("human_label", "human"),
                     on_error=served.metrics.observe_human_log_error)
+
+
+def _open_asker(served: Served):
+    """The :class:`~serve.asker.Asker` of ``settings.index`` over the served QA predictor (None when off)."""
+    s, qa = served.settings, served.predictors.get("qa")
+    if s.index is None:
+        return None
+    if qa is None:
+        raise DenkiError("--index is asked with the QA model (POST /v1/ask): it needs --qa")
+    from denki.serve.asker import Asker
+
+    return Asker(s.index, qa, k=s.ask_k)
 
 
 def _add_batchers(served: Served) -> None:

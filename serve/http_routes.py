@@ -1,7 +1,8 @@
 """The routes of the HTTP API over what one app serves (:class:`Served`): the JSON error handlers
 (:func:`add_error_handlers`), the operations routes ``/healthz``, ``/readyz``, ``/metrics`` and ``/v1/models``
 (:func:`add_ops_routes`) and, for each served model, its task's routes (:func:`add_model_routes`: ``/v1/classify``
-for the classifier, ``/v1/answer`` and ``/v1/answer/batch`` for QA) and the call its micro-batcher makes
+for the classifier, ``/v1/answer`` and ``/v1/answer/batch`` for QA, and ``/v1/ask`` when a passage index is served
+with it) and the call its micro-batcher makes
 (:func:`model_call`). A new task head is one entry in :data:`MODEL_ROUTES` and :data:`MODEL_CALLS`.
 
 No ``from __future__ import annotations`` here: FastAPI reads the route signatures (the request schemas of
@@ -9,6 +10,7 @@ No ``from __future__ import annotations`` here: FastAPI reads the route signatur
 """
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -16,14 +18,14 @@ from typing import Any
 from denki.models.io.errors import DenkiError
 from denki.serve.http_admission import ARRIVED, refusal
 from denki.serve.http_metrics import Metrics
-from denki.serve.http_schemas import clean_answer
+from denki.serve.http_schemas import clean_answer, clean_ask
 from denki.serve.humanlog import HumanLog
 from denki.serve.microbatch import MicroBatcher, QueueFull, ShuttingDown
 
 log = logging.getLogger("denki.http")
 
 #: the model endpoints and the model behind each (admission is checked per model, before the body is read)
-MODEL_OF_PATH = {"/v1/classify": "classifier", "/v1/answer": "qa", "/v1/answer/batch": "qa"}
+MODEL_OF_PATH = {"/v1/classify": "classifier", "/v1/answer": "qa", "/v1/answer/batch": "qa", "/v1/ask": "qa"}
 
 
 @dataclass
@@ -36,14 +38,19 @@ class Served:
     metrics: Metrics
     predictors: dict[str, Any]
     human_log: HumanLog | None = None
+    asker: Any = None  # serve.asker.Asker over the served QA predictor when an index is served (POST /v1/ask)
     batchers: dict[str, MicroBatcher] = field(default_factory=dict)
     batching: dict[str, str] = field(default_factory=dict)  # model → "on (auto: …)" / "off (…)"
     ready: bool = False
     known_paths: set[str] = field(default_factory=set)
 
     def describe(self) -> dict[str, str]:
-        """model name → what is loaded (the predictor's own description: bundle, backend, device)."""
-        return {name: p.describe() for name, p in self.predictors.items()}
+        """model name → what is loaded (the predictor's own description: bundle, backend, device; ``index``: the
+        passage index /v1/ask asks)."""
+        out = {name: p.describe() for name, p in self.predictors.items()}
+        if self.asker is not None:
+            out["index"] = self.asker.describe()
+        return out
 
 
 # ------------------------------------------------------------------------------------------------------ errors
@@ -149,8 +156,9 @@ def _classify_call(predictor, max_batch: int):
 
 
 def _answer_call(predictor, max_batch: int):
-    """(question, context) pairs → the QA answers, shaped for JSON (:func:`~serve.http_schemas.clean_answer`)."""
-    return lambda pairs: [clean_answer(r) for r in predictor.answer_batch(pairs)]
+    """(question, context) pairs → the QA answers as the runtime gives them (the routes shape them for JSON:
+    ``/v1/ask`` needs the raw span offsets and scores)."""
+    return lambda pairs: predictor.answer_batch(pairs)
 
 
 def _add_classify_routes(app, served: Served, schemas) -> None:
@@ -171,7 +179,8 @@ def _add_classify_routes(app, served: Served, schemas) -> None:
 
 
 def _add_answer_routes(app, served: Served, schemas) -> None:
-    """``POST /v1/answer`` (one question/context pair) and ``POST /v1/answer/batch`` (several)."""
+    """``POST /v1/answer`` (one question/context pair) and ``POST /v1/answer/batch`` (several); ``POST /v1/ask``
+    too when a passage index is served."""
     from fastapi import Request
 
     AnswerRequest, AnswerBatchRequest = schemas.AnswerRequest, schemas.AnswerBatchRequest
@@ -179,13 +188,41 @@ def _add_answer_routes(app, served: Served, schemas) -> None:
     @app.post("/v1/answer", tags=["models"], response_model=schemas.AnswerResult, responses=schemas.errors,
               summary="Answer a question from a passage (extractive)")
     async def answer(req: AnswerRequest, request: Request):
-        return (await served.batchers["qa"].submit([(req.question, req.context)], arrived=_arrived(request)))[0]
+        r = (await served.batchers["qa"].submit([(req.question, req.context)], arrived=_arrived(request)))[0]
+        return clean_answer(r)
 
     @app.post("/v1/answer/batch", tags=["models"], response_model=schemas.AnswerBatchResponse,
               responses=schemas.errors, summary="Answer several question/passage pairs")
     async def answer_batch(req: AnswerBatchRequest, request: Request):
-        return {"results": await served.batchers["qa"].submit([(it.question, it.context) for it in req.items],
-                                                              arrived=_arrived(request))}
+        rs = await served.batchers["qa"].submit([(it.question, it.context) for it in req.items],
+                                                arrived=_arrived(request))
+        return {"results": [clean_answer(r) for r in rs]}
+
+    if served.asker is not None:
+        _add_ask_route(app, served, schemas)
+
+
+def _add_ask_route(app, served: Served, schemas) -> None:
+    """``POST /v1/ask``: the index finds the k best passages (in the event loop: about a millisecond), the QA
+    model's micro-batcher reads them (admission and batching as for /v1/answer), the asker decides."""
+    from fastapi import Request
+
+    AskRequest = schemas.AskRequest
+
+    @app.post("/v1/ask", tags=["models"], response_model=schemas.AskResult, responses=schemas.errors,
+              summary="Ask the served passage index (retrieval + the extractive reader)",
+              description="The k passages that share the most (BM25) with the question are read by the QA model; "
+                          "the answer is the span of the passage surest to hold one, or no answer "
+                          "(has_answer false, reason no_answer / unsure / no_passage).")
+    async def ask(req: AskRequest, request: Request):
+        asker = served.asker
+        t0 = time.perf_counter()
+        hits = asker.search(req.question, k=req.k)
+        t1 = time.perf_counter()
+        reads = (await served.batchers["qa"].submit(asker.pairs(req.question, hits), arrived=_arrived(request))
+                 if hits else [])
+        t2 = time.perf_counter()
+        return clean_ask(asker.result(hits, reads, retrieval_ms=(t1 - t0) * 1e3, reader_ms=(t2 - t1) * 1e3))
 
 
 #: model name → the function adding its routes, and the function building its micro-batcher's call

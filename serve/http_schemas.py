@@ -41,6 +41,7 @@ def build_schemas(s) -> SimpleNamespace:
     out = _error_schemas()
     out.update(_classify_schemas(s))
     out.update(_answer_schemas(s))
+    out.update(_ask_schemas(s))
     return SimpleNamespace(**out)
 
 
@@ -143,3 +144,64 @@ def _answer_schemas(s) -> dict[str, Any]:
 
     return {"AnswerRequest": AnswerRequest, "AnswerBatchRequest": AnswerBatchRequest, "AnswerResult": AnswerResult,
             "AnswerBatchResponse": AnswerBatchResponse}
+
+
+def clean_ask(r: dict) -> dict:
+    """One /v1/ask result as the API returns it: non-finite scores as null, in the passages too."""
+    out = {k: _finite(v) for k, v in r.items() if k != "passages"}
+    out["passages"] = [{k: _finite(v) for k, v in p.items()} for p in r.get("passages", [])]
+    return out
+
+
+def _ask_schemas(s) -> dict[str, Any]:
+    """``/v1/ask``: ``AskRequest`` (a question ≤ ``s.max_text_chars``, not blank; ``k`` ≤ ``MAX_ASK_K``),
+    ``AskPassage`` (one passage read), ``AskResult``."""
+    from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+    from denki.serve.http_settings import MAX_ASK_K
+
+    class AskRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid",
+                                  json_schema_extra={"examples": [{"question": "保証期間はどのくらいですか?"}]})
+        question: str = Field(min_length=1, max_length=s.max_text_chars, pattern=NOT_BLANK)
+        k: int | None = Field(default=None, ge=1, le=MAX_ASK_K,
+                              description=f"passages to read (default: the server's --ask-k, {s.ask_k})")
+
+        @field_validator("question")
+        @classmethod
+        def _check(cls, v: str) -> str:
+            return _utf8(v)
+
+    class AskPassage(BaseModel):
+        rank: int
+        id: str = Field(description="passage id in the index (FILE#N, FILE:LINE, TITLE#N)")
+        document: str
+        title: str | None
+        bm25: float
+        span_answer: str = Field(description="the reader's best span in this passage")
+        null_score_diff: float | None = Field(description="no-answer score − best span score (lower: surer)")
+        score: float | None
+
+    class AskResult(BaseModel):
+        answer: str = Field(description="the answer, exactly passage[start:end]; empty when has_answer is false")
+        has_answer: bool
+        reason: str = Field(description="answer | no_answer (no passage holds one) | unsure (below the reader's "
+                                        "confidence floor) | no_passage (no passage shares a word with the "
+                                        "question)")
+        document: str | None
+        passage_id: str | None
+        title: str | None
+        passage: str | None = Field(description="the candidate passage's text (null: none)")
+        start: int | None = Field(description="offsets of the answer into passage")
+        end: int | None
+        score: float | None
+        confidence: float | None
+        null_score_diff: float | None
+        null_threshold: float
+        span_answer: str | None = Field(default=None, description="the candidate turned down (no_answer, unsure)")
+        passages: list[AskPassage] = Field(description="the passages read, best BM25 first")
+        retrieval_ms: float
+        reader_ms: float = Field(description="time from the reader's queue to its answers (micro-batching "
+                                             "included)")
+
+    return {"AskRequest": AskRequest, "AskPassage": AskPassage, "AskResult": AskResult}

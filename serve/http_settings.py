@@ -1,11 +1,15 @@
 """The knobs of the HTTP layer of ``denki serve`` (:class:`ServerSettings`), checked when built. Light to import
 (no web framework, no prometheus_client): ``denki serve``'s command line reads its defaults."""
+import os
 from dataclasses import dataclass
 
 from denki.models.io.errors import DenkiError
+from denki.serve.asker import DEFAULT_K
 from denki.serve.humanlog import check_human_log_path
 from denki.serve.microbatch import DEFAULT_MAX_QUEUE_MS, DEFAULT_WAIT_MS, batching_mode
 from denki.serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS
+
+MAX_ASK_K = 20  # passages one /v1/ask question may ask the reader to read (each is up to a few reader windows)
 
 
 @dataclass
@@ -24,11 +28,17 @@ class ServerSettings:
     retry_after_s: int = 1  # Retry-After on 503
     shutdown_timeout_s: float = 30.0  # finishing queued work at shutdown
     human_log: str | None = None  # JSONL file the human-routed texts are appended to (serve.humanlog; None: off)
+    index: str | None = None  # passage index (denki index build) that POST /v1/ask asks with the QA model (None: off)
+    ask_k: int = DEFAULT_K  # passages the reader reads per /v1/ask question unless the request says
 
     def __post_init__(self):
         self.batching = batching_mode(self.batching)
         if self.human_log is not None:
             self.human_log = check_human_log_path(self.human_log)  # absolute: workers and replicas agree
+        if self.index is not None:
+            self.index = os.path.abspath(self.index)  # likewise
+        if not 1 <= int(self.ask_k) <= MAX_ASK_K:
+            raise DenkiError(f"ask_k (passages read per question) must be 1–{MAX_ASK_K}, not {self.ask_k}")
         longest_wait = max(DEFAULT_WAIT_MS.values()) if self.max_wait_ms is None else float(self.max_wait_ms)
         if self.max_queue_ms is not None and not float(self.max_queue_ms) > longest_wait:
             raise DenkiError(f"max_queue_ms (the deadline, {self.max_queue_ms} ms) must be larger than max_wait_ms "

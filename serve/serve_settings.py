@@ -52,6 +52,9 @@ class ServeSettings:
     detach: bool = False
     # the human log, uvicorn and logging
     human_log: str | None = _HTTP.human_log
+    # asking a passage index (POST /v1/ask)
+    index: str | None = _HTTP.index
+    ask_k: int = _HTTP.ask_k
     http: str = "auto"  # uvicorn's HTTP parser: auto, httptools, h11
     log_level: str = "info"
     access_log: bool = False
@@ -64,12 +67,21 @@ class ServeSettings:
                               max_text_chars=self.max_text_chars, max_pairs=self.max_pairs,
                               max_context_chars=self.max_context_chars, max_body_bytes=self.max_body_bytes,
                               retry_after_s=self.retry_after, shutdown_timeout_s=self.shutdown_timeout,
-                              human_log=self.human_log)
+                              human_log=self.human_log, index=self.index, ask_k=self.ask_k)
 
     def check_models(self) -> None:
         """At least one bundle is given."""
         if not self.classifier and not self.qa:
             raise DenkiError("give --classifier DIR and/or --qa DIR (ONNX bundles from `denki export`)")
+
+    def check_index(self) -> None:
+        """--index is asked with the QA model; a clear error now (before any load) when it cannot be."""
+        if self.index and not self.qa:
+            raise DenkiError("--index is asked with the QA model (POST /v1/ask): it needs --qa")
+        if self.index:
+            from denki.models.retrieval.index import read_index_manifest
+
+            read_index_manifest(self.index)  # a missing or foreign folder is refused with the reason
 
     def check_human_log(self) -> None:
         """--human-log logs the classifier's human route: without --classifier it would log nothing."""

@@ -298,3 +298,22 @@ def onnx_qa(qa_bundle, tmp_path_factory):
     out = tmp_path_factory.mktemp("onnx") / "qa"
     export_bundle(qa_bundle, out, optimize="O2", quantize="int8", min_agreement=0.0, max_drop=1.0, progress=False)
     return out
+
+
+#: the shipped QA checkpoint: it answers the sample manual's questions (samples/manual.md)
+SHIPPED_READER = "denki-electra-tiny-ja-qa"
+
+
+@pytest.fixture(scope="session")
+def shipped_qa_onnx(tmp_path_factory):
+    """The shipped QA checkpoint exported as ``denki export --model denki-electra-tiny-ja-qa --optimize O2`` does
+    (fp32 + O2; ≈30 s on an idle core); skips when it is not in checkpoints/."""
+    from denki.models.export.onnx import export_bundle
+    from denki.models.registry.checkpoints import list_checkpoints
+
+    ck = next((c for c in list_checkpoints() if c.get("name") == SHIPPED_READER), None)
+    if ck is None:
+        pytest.skip(f"{SHIPPED_READER} not shipped in checkpoints/")
+    out = tmp_path_factory.mktemp("shipped_qa") / "onnx"
+    export_bundle(ck["path"], out, optimize="O2", progress=False)
+    return out

@@ -70,17 +70,7 @@ def test_evaluate_ask_reports_recall_end_to_end_and_left_out_articles(onnx_qa, t
     articles left out of the index, their questions counted apart."""
     from denki.models.retrieval.index import PassageIndex
 
-    sq = {"data": []}
-    for line in MANUAL_QA.read_text(encoding="utf-8").splitlines():
-        r = json.loads(line)
-        if not sq["data"] or sq["data"][-1]["title"] != r["title"]:
-            sq["data"].append({"title": r["title"], "paragraphs": [{"context": r["context"], "qas": []}]})
-        sq["data"][-1]["paragraphs"][0]["qas"].append(
-            {"id": r["id"], "question": r["question"], "is_impossible": r["is_impossible"],
-             "answers": [{"text": t, "answer_start": s} for t, s in zip(r["answers"]["text"],
-                                                                         r["answers"]["answer_start"])]})
-    data = tmp_path / "manual.json"
-    data.write_text(json.dumps(sq, ensure_ascii=False), encoding="utf-8")
+    data = _manual_squad(tmp_path)
     idx = tmp_path / "idx"
     PassageIndex.build([data], idx).close()
     out = tmp_path / "r.json"
@@ -105,3 +95,100 @@ def test_evaluate_ask_reports_recall_end_to_end_and_left_out_articles(onnx_qa, t
         from denki.serve.evaluate_ask import evaluate_ask
 
         evaluate_ask(other, onnx_qa, data, threads=1, progress=False)
+
+
+def test_http_ask_route_gives_what_the_asker_gives(manual_index, onnx_qa):
+    """`denki serve --qa QA --index INDEX`: POST /v1/ask runs the reader through the QA micro-batcher and returns
+    the Asker's answer; limits, k, the index in /v1/models; no route without --index; --index needs --qa."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from denki import Asker
+    from denki.serve.http import ServerSettings, create_app
+    from denki.serve.runtime import Predictor
+
+    qa = Predictor(onnx_qa, backend="fp32", device="cpu", threads=1)
+    app = create_app(qa=qa, settings=ServerSettings(index=str(manual_index), ask_k=3, max_text_chars=100))
+    want = Asker(manual_index, qa, k=3).ask("大浴場は何時まで使えますか?")
+    with TestClient(app) as c:
+        r = c.post("/v1/ask", json={"question": "大浴場は何時まで使えますか?"})
+        assert r.status_code == 200, r.text
+        got = r.json()
+        for key in ("answer", "has_answer", "reason", "document", "passage_id", "start", "end", "passage"):
+            assert got[key] == want[key], key
+        assert [p["id"] for p in got["passages"]] == [p["id"] for p in want["passages"]] and len(got["passages"]) == 3
+        assert got["passage"][got["start"]:got["end"]] == got["answer"] and got["reader_ms"] > 0
+        assert len(c.post("/v1/ask", json={"question": "大浴場は何時まで使えますか?", "k": 1}).json()["passages"]) == 1
+        nothing = c.post("/v1/ask", json={"question": "量子コンピュータ"}).json()
+        assert nothing["reason"] == "no_passage" and not nothing["has_answer"] and nothing["passages"] == []
+        for body in ({"question": "  "}, {"question": "あ" * 101}, {"question": "a", "k": 0}, {"question": "a", "k": 21},
+                     {"question": "a", "extra": 1}, {}):
+            bad = c.post("/v1/ask", json=body)
+            assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_request", body
+        models = c.get("/v1/models").json()["models"]
+        assert models["index"]["passages"] == 6 and models["index"]["k"] == 3
+        assert "/v1/ask" in c.get("/openapi.json").json()["paths"]
+    with TestClient(create_app(qa=qa)) as c:
+        assert c.post("/v1/ask", json={"question": "大浴場"}).status_code == 404
+    with pytest.raises(DenkiError, match="needs --qa"):
+        from denki.serve.serve_settings import ServeSettings
+
+        ServeSettings(classifier=str(onnx_qa), index=str(manual_index)).check_index()
+
+
+def _manual_squad(tmp_path):
+    """samples/manual_qa.jsonl as a SQuAD 2.0 file, one article per manual."""
+    sq = {"data": []}
+    for line in MANUAL_QA.read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        if not sq["data"] or sq["data"][-1]["title"] != r["title"]:
+            sq["data"].append({"title": r["title"], "paragraphs": [{"context": r["context"], "qas": []}]})
+        sq["data"][-1]["paragraphs"][0]["qas"].append(
+            {"id": r["id"], "question": r["question"], "is_impossible": r["is_impossible"],
+             "answers": [{"text": t, "answer_start": s} for t, s in zip(r["answers"]["text"],
+                                                                         r["answers"]["answer_start"])]})
+    data = tmp_path / "manual.json"
+    data.write_text(json.dumps(sq, ensure_ascii=False), encoding="utf-8")
+    return data
+
+
+def test_fit_threshold_maximises_the_mixed_f1():
+    from denki.serve.calibrate_ask import fit_threshold
+    from denki.serve.evaluate_ask import mixed_f1
+
+    in_rows = [(-3.0, 1.0), (-1.0, 1.0), (0.5, 0.0), (2.0, 1.0), (None, 0.0)]
+    out = [-2.0, 1.0, 3.0, None]
+    # answering up to 0.5: in 2/5 (0.4) · out 3/4 no answer → 0.67·0.4 + 0.33·0.75; up to 2.0: 0.6 and 2/4 (best)
+    assert mixed_f1(in_rows, out, 0.5, 0.33) == pytest.approx(100 * (0.67 * 0.4 + 0.33 * 0.75))
+    t, best = fit_threshold(in_rows, out, 0.33)
+    grid = [float("-inf"), -3.0, -2.0, -1.0, 0.5, 1.0, 2.0, 3.0]
+    assert best == pytest.approx(max(mixed_f1(in_rows, out, g, 0.33) for g in grid)) and t == 2.0
+    assert fit_threshold(in_rows, out, 0.99)[0] < -2.0  # nearly all unanswerable: answer none a left-out one beats
+    assert fit_threshold([(0.0, 1.0), (1.0, 0.0)], [5.0])[0] == 0.0  # a tie goes to the lower threshold
+    assert mixed_f1([], out, 0.0) is None
+
+
+def test_calibrate_ask_writes_a_bundle_the_asker_uses(onnx_qa, tmp_path, capsys):
+    from denki import Asker
+    from denki.models.bundle.format import verify_bundle
+    from denki.models.retrieval.index import PassageIndex
+
+    data = _manual_squad(tmp_path)
+    idx = tmp_path / "idx"
+    PassageIndex.build([data], idx).close()
+    out = tmp_path / "qa-ask"
+    assert main(["calibrate", "ask", "--index", str(idx), "--qa", str(onnx_qa), "--data", str(data), "--out",
+                 str(out), "--exclude-articles", "2", "-k", "2", "--threads", "1", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "ask_null_threshold" in printed and "mixed F1 at s = 0.33" in printed
+    task = json.loads((out / "task.json").read_text(encoding="utf-8"))
+    c = task["ask_calibration"]
+    assert c["out_of_collection_questions"] > 0 and c["in_collection_questions"] + c["out_of_collection_questions"] == 23
+    assert c["mixed_f1"] >= c["mixed_f1_at_reader_threshold"]  # the reader's own threshold is one of the candidates
+    assert verify_bundle(out)["kind"] == "onnx-qa"  # a whole bundle: every file hashed again
+    a = Asker(idx, out, k=2, backend="fp32", threads=1)
+    assert a.threshold == task["ask_null_threshold"] != task["null_threshold"]
+    assert Asker(idx, out, null_threshold=0.25, backend="fp32", threads=1).threshold == 0.25  # given wins
+    assert main(["calibrate", "ask", "--index", str(idx), "--qa", str(onnx_qa), "--data", str(data), "--out",
+                 str(tmp_path / "x"), "--exclude-articles", "0"]) != 0
+    assert "--exclude-articles must be at least 1" in capsys.readouterr().err and not (tmp_path / "x").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+from denki.app.quickstart_ask import ASK_EXAMPLES
 from denki.models.bundle.format import verify_bundle
 
 
@@ -52,10 +53,17 @@ def test_quickstart_pipeline_end_to_end_and_rerun_skips(tmp_path, capsys):
     assert s["parity"]["classifier"]["fp32"]["passed"] and s["parity"]["qa"]["fp32"]["passed"]
     for k in ("exact", "f1", "total"):
         assert s["qa"]["onnx"][k] is not None
+    # the sample manual indexed and asked (stage 7): every example question answered or 回答なし with its reason; the
+    # one about something the manual never mentions shares no word with it
+    a = s["ask"]
+    assert a["passages"] == 7 and [r["question"] for r in a["questions"]] == ASK_EXAMPLES
+    assert all(r["has_answer"] == (r["reason"] == "answer") and r["ms"] > 0 for r in a["questions"])
+    assert a["questions"][2]["reason"] == "no_passage" and "| asking samples/manual.md (7 passages, k=5" in printed
+    assert "denki ask --index" in printed and (out / "manual-index" / "manifest.json").is_file()
     t0 = time.perf_counter()
     assert main(["quickstart", "--no-demo", "--out", str(out), "--pretrain-flops", "1e12", "--from-checkpoint",
                  "none"]) == 0
-    assert capsys.readouterr().out.count("done already (skipped)") == 7
+    assert capsys.readouterr().out.count("done already (skipped)") == 8
     assert time.perf_counter() - t0 < 60
 
 
