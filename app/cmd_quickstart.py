@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from denki.app.quickstart_ask import ASK_EXAMPLES, MANUAL, ask_sample_manual
-from denki.app.quickstart_summary import OBJECTIVE_NAMES, format_summary
+from denki.app.quickstart_summary import OBJECTIVE_NAMES, format_summary, latency_p50
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "samples"
@@ -40,6 +40,9 @@ OUT_OF_SCOPE_EXAMPLES = ["ログインできません", "請求書が二重に�
 #: sample at 6e12 FLOPs that router scored 0.750 vs 0.715 at 15 % (median of 3 seeds; random init 0.740;
 #: docs/pretrain.md).
 QUICKSTART_OBJECTIVE = "mlm"
+#: int8 variants exported, each gated: the reader also per channel, served where plain int8 misses its gate
+#: (serve.session's default rule; F1 −0.3 vs −0.9 for the shipped reader: experiments/reader-epochs)
+QUANTIZE = {"router": ["int8"], "QA": ["int8", "int8-channel"]}
 #: the general checkpoint the quickstart continues from when it is shipped (--from-checkpoint auto)
 DEFAULT_CHECKPOINT = "denki-electra-tiny-ja"
 
@@ -186,28 +189,6 @@ def _bundle_id(folder: str | Path) -> str:
     from denki.models.io.fileio import sha256_file
 
     return sha256_file(Path(folder) / "manifest.json")
-
-
-def _latency_p50(bundle: Path, texts: list[str], n: int = 40) -> dict:
-    """p50 of single-request latency per CPU backend (a quick look; `denki bench latency` is the full one)."""
-    import numpy as np
-
-    from denki.models.bundle.onnx import MODEL_FILES
-    from denki.serve.runtime import Predictor
-
-    out = {}
-    for b in ("fp32", "o2", "int8"):
-        if not (bundle / MODEL_FILES[b]).is_file():
-            continue
-        p = Predictor(bundle, backend=b, device="cpu")
-        p.classify(texts[:2])
-        ts = []
-        for t in (texts * 3)[:n]:
-            t0 = time.perf_counter()
-            p.classify([t])
-            ts.append((time.perf_counter() - t0) * 1e3)
-        out[b] = float(np.percentile(ts, 50))
-    return out
 
 
 def _pin_threads(n: int) -> None:
@@ -442,8 +423,8 @@ def _export_stage(run: _Run) -> None:
                 continue
             # best effort: a non-fp32 variant that fails its gate is left out (said in the summary) instead of
             # stopping the pipeline; `denki export` stays strict
-            man = export_bundle(src, dst, optimize="O2", quantize="int8", min_agreement=0.9, max_drop=0.03,
-                                best_effort=True)
+            man = export_bundle(src, dst, optimize="O2", quantize=QUANTIZE[name], min_agreement=0.9,
+                                max_drop=0.03, best_effort=True)
             print(f"  {name}:")
             print(format_parity(man["metrics"]["parity"]))
             for lo in man["metrics"].get("left_out", []):
@@ -453,7 +434,8 @@ def _export_stage(run: _Run) -> None:
     run.keys["export"] = run.st.run(
         "export ONNX fp32 + O2 + int8 (parity gate)",
         (run.cls_onnx / "manifest.json").is_file() and (run.qa_onnx / "manifest.json").is_file(), export,
-        sid="export", outputs=(run.cls_onnx, run.qa_onnx), inputs={"router": router_key, "qa": run.keys["qa"]})
+        sid="export", outputs=(run.cls_onnx, run.qa_onnx),
+        inputs={"router": router_key, "qa": run.keys["qa"], "quantize": QUANTIZE})
 
 
 def _ask_stage(run: _Run) -> None:
@@ -546,7 +528,7 @@ def _summary(run: _Run) -> dict:
                                                             "null_threshold", "total")},
                "pytorch": {k: (qa_report.get("dev_metrics") or {}).get(k)
                            for k in ("exact", "f1", "HasAns_f1", "NoAns_exact", "total")}},
-        "latency_p50_ms_batch1": _latency_p50(run.cls_onnx, dev_texts),
+        "latency_p50_ms_batch1": latency_p50(run.cls_onnx, dev_texts),
         "parity": {"classifier": read_manifest(run.cls_onnx)["metrics"]["parity"],
                    "qa": read_manifest(run.qa_onnx)["metrics"]["parity"]},
         "ask": json.loads(run.ask_path.read_text(encoding="utf-8")),

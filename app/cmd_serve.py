@@ -24,7 +24,8 @@ DESCRIPTION = (
     "port. Latency is bounded by admission control: a request whose model call cannot start within --max-queue-ms "
     "is answered 503 + Retry-After (refused on arrival when the measured service rate already says so). Concurrent "
     "requests are merged into micro-batches where that pays (--batching auto). Binds 127.0.0.1 unless --host says "
-    "otherwise. Ctrl-C / SIGTERM finishes in-flight requests before exiting. With --ray the same app runs as Ray "
+    "otherwise; --api-key-file (or DENKI_API_KEY) requires a key on every path but /healthz and /readyz. "
+    "Ctrl-C / SIGTERM finishes in-flight requests before exiting. With --ray the same app runs as Ray "
     "Serve replicas (local Ray instance, or --address of a cluster). docs/serving.md has the measurements behind "
     "the defaults.")
 
@@ -57,7 +58,14 @@ def _add_model_options(p, D) -> None:
                         "finds answers ranked lower (recall@5 0.97, @20 0.99 on dev) at about k× the reader's time")
     p.add_argument("--host", default=D.host,
                    help="address to bind. Keep the default behind a reverse proxy on this machine; 0.0.0.0 exposes "
-                        "the API, which has no authentication, to the network")
+                        "the API to the network: give it --api-key-file and a TLS proxy in front (docs/serving.md, "
+                        "\"API keys and TLS\")")
+    p.add_argument("--api-key-file", metavar="FILE", default=D.api_key_file,
+                   help="require an API key: FILE holds the accepted keys, one per line (blank lines and # comments "
+                        "skipped), re-read within a second when it changes, so keys rotate without a restart. "
+                        "Clients send Authorization: Bearer KEY; without a valid one every path but /healthz and "
+                        "/readyz answers 401. The environment variable DENKI_API_KEY adds one key (both may be "
+                        "given). Off by default")
     p.add_argument("--port", type=int, default=D.port,
                    help="TCP port; change it when the port is taken or several servers share a machine")
     p.add_argument("--backend", default=D.backend, choices=BACKENDS,
@@ -197,15 +205,28 @@ def serve_settings(args):
     return ServeSettings(**kw)
 
 
+def start_warnings(settings) -> list[str]:
+    """What ``denki serve`` tells the user about where it listens before anything loads: binding a non-loopback
+    address without API keys, or with keys over plain HTTP."""
+    if settings.host in LOOPBACK:
+        return []
+    if not settings.keys_required():
+        return [f"denki serve: binding {settings.host} without API keys — anyone who can reach it can use the API; "
+                f"give --api-key-file FILE (or set DENKI_API_KEY) and put a TLS reverse proxy in front "
+                f"(docs/serving.md, \"API keys and TLS\")"]
+    return [f"denki serve: binding {settings.host} with API keys; this port speaks plain HTTP: put a TLS reverse "
+            f"proxy in front so keys do not cross the network in clear (docs/serving.md, \"API keys and TLS\")"]
+
+
 def cmd_serve(args) -> int:
     """The settings, the warnings a user should see before anything loads, then the server."""
     from denki.serve.workers import configure_logging, run_server
 
     settings = serve_settings(args)
     configure_logging(settings.log_level)
-    if settings.host not in LOOPBACK:
-        print(f"denki serve: binding {settings.host} — the API has no authentication; put it behind a firewall or "
-              f"a reverse proxy (docs/serving.md)", file=sys.stderr)
+    settings = settings.with_checked_api_keys()  # a clear error now; the file's path absolute for the workers
+    for line in start_warnings(settings):
+        print(line, file=sys.stderr)
     settings.check_index()
     if settings.human_log:
         settings = settings.with_checked_human_log()  # a clear error now, before any load; the path absolute

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from denki.models.io.errors import DenkiError
 from denki.models.task.batching import MAX_TEXT_CHARS
+from denki.serve.asker import DEFAULT_K
 
 NO_ANSWER_JA = "回答なし"
 UNSURE_JA = "わかりません（確信度が低いため回答を控えます）"
@@ -32,8 +33,8 @@ EXAMPLE_QUESTIONS = ["イートインスペースは何席ありますか?", "�
 UPLOAD_SUFFIXES = (".md", ".txt", ".jsonl", ".csv")
 MAX_UPLOAD_FILES = 5
 MAX_UPLOAD_BYTES = 2 * 1024 * 1024
-#: passages read per question (the reader reads each: latency grows with k)
-ASK_K = 5
+#: passages read per question (the reader reads each: latency grows with k): denki ask's default
+ASK_K = DEFAULT_K
 PASSAGE_HEADERS = ["順位", "採用", "見出し", "文書", "BM25", "読み取った候補", "スコア"]
 SPAN_CHARS = 24  # a passage's candidate span in the table is cut to this many characters
 COLOR_MAP = {"回答": "orange", "候補（不採用）": "lightgray", "候補（確信度不足）": "lightgray"}

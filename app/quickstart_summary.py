@@ -113,3 +113,27 @@ def format_summary(s: dict, out: Path, seconds: float) -> str:
         verdict = "Tiny model, tiny budget: the TF-IDF baseline wins here"
     lines += ["", f"{verdict}; docs/results.md has the figures of larger runs."]
     return "\n".join(lines)
+
+
+def latency_p50(bundle: Path, texts: list[str], n: int = 40) -> dict:
+    """p50 of single-request latency per CPU backend (a quick look; `denki bench latency` is the full one)."""
+    import time
+
+    import numpy as np
+
+    from denki.models.bundle.onnx import MODEL_FILES
+    from denki.serve.runtime import Predictor
+
+    out = {}
+    for b in ("fp32", "o2", "int8"):
+        if not (bundle / MODEL_FILES[b]).is_file():
+            continue
+        p = Predictor(bundle, backend=b, device="cpu")
+        p.classify(texts[:2])
+        ts = []
+        for t in (texts * 3)[:n]:
+            t0 = time.perf_counter()
+            p.classify([t])
+            ts.append((time.perf_counter() - t0) * 1e3)
+        out[b] = float(np.percentile(ts, 50))
+    return out

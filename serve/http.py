@@ -14,6 +14,12 @@ Endpoints (JSON in and out; errors are ``{"error": {"code", "message", "details"
 - ``GET /v1/models`` (what is loaded), ``GET /healthz`` (alive), ``GET /readyz`` (models loaded, accepting work),
   ``GET /metrics`` (Prometheus text format), ``GET /openapi.json`` and ``/docs``.
 
+Every answer of a model endpoint carries ``"model_version"`` at its top level: the first 12 hex characters of the
+sha256 of the served bundle's manifest.json (the QA bundle's for /v1/ask), as ``/v1/models`` and the
+``denki_model_info`` metric show it. With API keys (``settings.api_key_file`` and/or ``DENKI_API_KEY``;
+:mod:`serve.http_auth`) every path but ``/healthz`` and ``/readyz`` needs ``Authorization: Bearer KEY`` (401
+otherwise, checked first, in the outer ASGI layer).
+
 Requests to one model go through a :class:`~serve.microbatch.MicroBatcher`: admission control (a request whose
 model call cannot start within ``max_queue_ms`` is answered 503 + ``Retry-After``, refused on arrival when the
 measured service rate already says so) and, where it pays, micro-batching (``batching``: ``auto`` / ``on`` /
@@ -39,9 +45,11 @@ import os
 from contextlib import asynccontextmanager
 from typing import Any
 
+from denki.models.bundle.format import MANIFEST, bundle_version
 from denki.models.io.errors import DenkiError
 from denki.models.registry.tasks import task_for
 from denki.serve.http_admission import ObserveAndLimit
+from denki.serve.http_auth import ApiKeys
 from denki.serve.http_metrics import Metrics
 from denki.serve.http_routes import (MODEL_OF_PATH, Served, add_error_handlers, add_model_routes, add_ops_routes,
                                      model_call)
@@ -61,7 +69,9 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
     why). The batchers start with the app (ASGI lifespan) and, at shutdown, finish the work already queued."""
     predictors = _check_kinds(classifier, qa)
     s = settings or ServerSettings()
-    served = Served(settings=s, metrics=metrics or Metrics(), predictors=predictors)
+    served = Served(settings=s, metrics=metrics or Metrics(), predictors=predictors,
+                    versions={name: model_version(p) for name, p in predictors.items()},
+                    api_keys=ApiKeys.from_settings(s))
     served.human_log = _open_human_log(served)
     served.asker = _open_asker(served)
     _add_batchers(served)
@@ -74,7 +84,7 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
     served.known_paths.update(r.path for r in app.routes if hasattr(r, "path"))
     app.add_middleware(ObserveAndLimit, metrics=served.metrics, max_body_bytes=s.max_body_bytes,
                        known_paths=served.known_paths, admit=_admission(served.batchers),
-                       retry_after_s=s.retry_after_s)
+                       retry_after_s=s.retry_after_s, auth=served.api_keys)
     return app
 
 
@@ -135,7 +145,7 @@ def _add_batchers(served: Served) -> None:
             on_shed=lambda reason, name=name: metrics.observe_shed(name, reason),
             on_pending=lambda n, name=name: metrics.set_queue_items(name, n), backlog=backlog)
         served.batching[name] = why
-        metrics.add_model(name)
+        metrics.add_model(name, served.versions.get(name))
 
 
 def _admission(batchers: dict[str, MicroBatcher]):
@@ -192,7 +202,18 @@ def _fastapi_app(served: Served):
     app.state.batchers = served.batchers
     app.state.batching = served.batching
     app.state.human_log = served.human_log
+    app.state.api_keys = served.api_keys
+    app.state.versions = served.versions
     return app
+
+
+def model_version(predictor) -> str:
+    """The served bundle's version (``model_version`` of every answer): the first 12 hex characters of the sha256
+    of its manifest.json; ``unknown`` for a predictor without a bundle directory."""
+    d = getattr(predictor, "dir", None)
+    if d is None or not os.path.isfile(os.path.join(str(d), MANIFEST)):
+        return "unknown"
+    return bundle_version(d)
 
 
 def _model_name(predictor) -> str:

@@ -1,12 +1,14 @@
-"""The outermost ASGI layer of the HTTP API (:class:`ObserveAndLimit`): admission control before the body is read
-(503 + ``Retry-After`` when a model would not start a request within its deadline), the request body limit (413),
-per-request metrics, and cancelling a request whose client disconnects. No web framework: plain ASGI."""
+"""The outermost ASGI layer of the HTTP API (:class:`ObserveAndLimit`): the API key (401 before anything else),
+admission control before the body is read (503 + ``Retry-After`` when a model would not start a request within its
+deadline), the request body limit (413), per-request metrics, and cancelling a request whose client disconnects.
+No web framework: plain ASGI."""
 import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from denki.serve.http_auth import OPEN_PATHS, ApiKeys
 from denki.serve.http_metrics import Metrics
 from denki.serve.microbatch import QueueFull, ShuttingDown
 
@@ -35,10 +37,14 @@ async def _disconnected(receive) -> None:
 
 
 class ObserveAndLimit:
-    """Outermost ASGI layer: counts requests/latency/status per endpoint, refuses what admission control refuses
-    before reading the body, enforces the body limit, and cancels a request whose client disconnects.
+    """Outermost ASGI layer: counts requests/latency/status per endpoint, refuses a request without a valid API key
+    and what admission control refuses before reading the body, enforces the body limit, and cancels a request
+    whose client disconnects.
 
-    - *Admission first* (``admit(path, method)``, raising :class:`QueueFull` / :class:`ShuttingDown`): a request
+    - *API key first* (``auth``, an :class:`~serve.http_auth.ApiKeys`; None: off): a request to any path but
+      :data:`~serve.http_auth.OPEN_PATHS` without ``Authorization: Bearer KEY`` of an accepted key is answered
+      401 (``unauthorized``, ``WWW-Authenticate: Bearer``) before anything else looks at it, unknown paths too.
+    - *Admission next* (``admit(path, method)``, raising :class:`QueueFull` / :class:`ShuttingDown`): a request
       to an overloaded model is answered 503 before this layer reads its body or the app parses it, so shedding
       stays cheap when it matters most (the server may have buffered the bytes; nothing looks at
       them). The arrival time is stored in the scope (``ARRIVED``): the deadline counts from there.
@@ -50,12 +56,20 @@ class ObserveAndLimit:
       499, error ``client_closed``)."""
 
     def __init__(self, app, metrics: Metrics, max_body_bytes: int, known_paths: set[str],
-                 admit: Callable[[str, str], None] | None = None, retry_after_s: int = 1):
+                 admit: Callable[[str, str], None] | None = None, retry_after_s: int = 1,
+                 auth: ApiKeys | None = None):
         self.app, self.metrics, self.max_body, self.known = app, metrics, int(max_body_bytes), known_paths
-        self.admit, self.retry_after = admit, int(retry_after_s)
+        self.admit, self.retry_after, self.auth = admit, int(retry_after_s), auth
+
+    def _unauthorized(self, scope) -> bool:
+        """Whether this request needs an API key it does not carry."""
+        return (self.auth is not None and scope.get("path", "") not in OPEN_PATHS
+                and not self.auth.allows(scope.get("headers", ())))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
+            if scope["type"] == "websocket" and self._unauthorized(scope):
+                return await send({"type": "websocket.close", "code": 1008})  # before accept: HTTP 403
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
         endpoint = path if path in self.known else "other"  # bounded label set, whatever clients send
@@ -71,6 +85,12 @@ class ObserveAndLimit:
 
         self.metrics.request_started()
         try:
+            if self._unauthorized(scope):
+                self.metrics.observe_error(endpoint, "unauthorized")
+                await self._send_json(send_wrapper, 401, _error_body(
+                    401, "unauthorized", "a valid API key is required: Authorization: Bearer KEY"),
+                    [(b"www-authenticate", b"Bearer")])
+                return
             refused = self._refused(path, scope.get("method", ""))
             if refused is not None:
                 status, code, message, details = refused

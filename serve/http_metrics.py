@@ -85,7 +85,11 @@ class Metrics:
     - ``denki_http_request_duration_seconds{endpoint}`` (latency), ``denki_batch_size_items{model}`` and
       ``denki_batch_size_requests{model}`` (per model call), ``denki_inference_duration_seconds{model}``,
       ``denki_queue_wait_seconds{model}`` (arrival to model call, admitted requests) (histograms);
-    - ``denki_http_in_flight``, ``denki_queue_items{model}`` (gauges).
+    - ``denki_http_in_flight``, ``denki_queue_items{model}``, ``denki_model_info{model,version}`` (1 for the
+      served bundle's version) (gauges).
+
+    ``denki_http_errors_total`` counts the refusals of the outer layer too: ``unauthorized`` (401, no valid API
+    key), ``overloaded`` / ``shutting_down`` (503), ``body_too_large`` (413).
 
     Multiprocess mode (``multiprocess_dir()`` set, i.e. ``denki serve --workers N``): the values live in
     prometheus_client's files in that folder, :meth:`render` sums them over every worker (gauges over the live
@@ -126,6 +130,10 @@ class Metrics:
                                 multiprocess_mode="livesum")
         self._queue_items = Gauge("denki_queue_items", "Items waiting or running per model.", ["model"],
                                   registry=r, multiprocess_mode="livesum")
+        # livemax: 1 for a version some live worker serves (a finished worker's are dropped by close())
+        self._model_info = Gauge("denki_model_info", "The served bundle's version per model (first 12 hex "
+                                 "characters of the sha256 of its manifest.json; model_version in the answers).",
+                                 ["model", "version"], registry=r, multiprocess_mode="livemax")
         self.latency = _ByLabel(self._latency, "endpoint", LATENCY_BUCKETS)
         self.batch_items = _ByLabel(self._batch_items, "model", BATCH_BUCKETS)
         self.batch_requests = _ByLabel(self._batch_requests, "model", BATCH_BUCKETS)
@@ -144,9 +152,12 @@ class Metrics:
                     return int(smp.value)
         return 0
 
-    def add_model(self, model: str) -> None:
-        """Show the model's queue gauge from the start (0), not only after its first request."""
+    def add_model(self, model: str, version: str | None = None) -> None:
+        """Show the model's queue gauge from the start (0), not only after its first request, and its version
+        (``denki_model_info{model,version} 1``)."""
         self._queue_items.labels(model).set(0)
+        if version is not None:
+            self._model_info.labels(model, version).set(1)
 
     def request_started(self) -> None:
         self._in_flight.inc()

@@ -33,7 +33,8 @@ class Served:
     """What the routes of one app share: its settings (:class:`~serve.http.ServerSettings`) and metrics, the
     served predictors by model name (``classifier``, ``qa``), the human log (None: off), a micro-batcher per model
     and what was decided about its batching and why, whether the app is ready (the lifespan sets it) and the
-    paths of its routes (the bounded ``endpoint`` label of the metrics; filled once every route is added)."""
+    paths of its routes (the bounded ``endpoint`` label of the metrics; filled once every route is added), the
+    version of each served bundle (``model_version``) and the API keys (None: off)."""
     settings: Any
     metrics: Metrics
     predictors: dict[str, Any]
@@ -43,6 +44,8 @@ class Served:
     batching: dict[str, str] = field(default_factory=dict)  # model → "on (auto: …)" / "off (…)"
     ready: bool = False
     known_paths: set[str] = field(default_factory=set)
+    versions: dict[str, str] = field(default_factory=dict)  # model → its bundle's version (model_version)
+    api_keys: Any = None  # serve.http_auth.ApiKeys when keys are required (None: off)
 
     def describe(self) -> dict[str, str]:
         """model name → what is loaded (the predictor's own description: bundle, backend, device; ``index``: the
@@ -108,7 +111,8 @@ def add_error_handlers(app, served: Served) -> None:
 # ------------------------------------------------------------------------------------------------- operations
 def add_ops_routes(app, served: Served, schemas) -> None:
     """``/healthz`` (alive), ``/readyz`` (models loaded, batchers running; which worker answered), ``/metrics``
-    (Prometheus text format) and ``/v1/models`` (what is loaded, the settings, the batching decisions)."""
+    (Prometheus text format) and ``/v1/models`` (what is loaded and its version, the settings, the batching
+    decisions, how many API keys are accepted)."""
     from fastapi import Request
     from fastapi.responses import PlainTextResponse
 
@@ -134,8 +138,9 @@ def add_ops_routes(app, served: Served, schemas) -> None:
 
     @app.get("/v1/models", tags=["models"], summary="Loaded models, backends and limits")
     async def models() -> dict[str, Any]:
-        return {"models": served.describe(), "settings": asdict(s), "batching": dict(served.batching),
-                "pid": os.getpid()}
+        # the settings hold the key file's path, never a key; api_keys: how many keys are accepted now
+        return {"models": served.describe(), "model_versions": dict(served.versions), "settings": asdict(s),
+                "batching": dict(served.batching), "api_keys": len(served.api_keys or ()), "pid": os.getpid()}
 
 
 # ---------------------------------------------------------------------------------------------- model routes
@@ -175,7 +180,7 @@ def _add_classify_routes(app, served: Served, schemas) -> None:
         results = await served.batchers["classifier"].submit(req.texts, arrived=_arrived(request))
         if served.human_log is not None:
             _log_human(served.human_log, served.metrics, req.texts, results, request.headers.get("x-request-id"))
-        return {"results": results}
+        return {"results": results, "model_version": served.versions["classifier"]}
 
 
 def _add_answer_routes(app, served: Served, schemas) -> None:
@@ -185,18 +190,18 @@ def _add_answer_routes(app, served: Served, schemas) -> None:
 
     AnswerRequest, AnswerBatchRequest = schemas.AnswerRequest, schemas.AnswerBatchRequest
 
-    @app.post("/v1/answer", tags=["models"], response_model=schemas.AnswerResult, responses=schemas.errors,
+    @app.post("/v1/answer", tags=["models"], response_model=schemas.AnswerResponse, responses=schemas.errors,
               summary="Answer a question from a passage (extractive)")
     async def answer(req: AnswerRequest, request: Request):
         r = (await served.batchers["qa"].submit([(req.question, req.context)], arrived=_arrived(request)))[0]
-        return clean_answer(r)
+        return {**clean_answer(r), "model_version": served.versions["qa"]}
 
     @app.post("/v1/answer/batch", tags=["models"], response_model=schemas.AnswerBatchResponse,
               responses=schemas.errors, summary="Answer several question/passage pairs")
     async def answer_batch(req: AnswerBatchRequest, request: Request):
         rs = await served.batchers["qa"].submit([(it.question, it.context) for it in req.items],
                                                 arrived=_arrived(request))
-        return {"results": [clean_answer(r) for r in rs]}
+        return {"results": [clean_answer(r) for r in rs], "model_version": served.versions["qa"]}
 
     if served.asker is not None:
         _add_ask_route(app, served, schemas)
@@ -222,7 +227,8 @@ def _add_ask_route(app, served: Served, schemas) -> None:
         reads = (await served.batchers["qa"].submit(asker.pairs(req.question, hits), arrived=_arrived(request))
                  if hits else [])
         t2 = time.perf_counter()
-        return clean_ask(asker.result(hits, reads, retrieval_ms=(t1 - t0) * 1e3, reader_ms=(t2 - t1) * 1e3))
+        out = clean_ask(asker.result(hits, reads, retrieval_ms=(t1 - t0) * 1e3, reader_ms=(t2 - t1) * 1e3))
+        return {**out, "model_version": served.versions["qa"]}
 
 
 #: model name → the function adding its routes, and the function building its micro-batcher's call

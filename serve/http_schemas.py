@@ -7,6 +7,8 @@ from types import SimpleNamespace
 from typing import Any
 
 NOT_BLANK = r"[^\s\x1c-\x1f]"  # at least one character that str.strip() keeps
+MODEL_VERSION = ("the served bundle's version: the first 12 hex characters of the sha256 of its manifest.json "
+                 "(as /v1/models and the denki_model_info metric show it)")
 
 #: the fields of a QA answer, in the order the API returns them
 ANSWER_KEYS = ("answer", "start", "end", "score", "has_answer", "null_score_diff", "null_threshold", "span_answer",
@@ -37,7 +39,8 @@ def _utf8(v: str) -> str:
 def build_schemas(s) -> SimpleNamespace:
     """The pydantic models of one app, their limits taken from the settings ``s``, and ``errors`` (the documented
     error responses of a model endpoint), as attributes of one namespace: ``ErrorResponse``, ``errors``, then
-    per task ``ClassifyRequest`` … ``AnswerBatchResponse``."""
+    per task ``ClassifyRequest`` … ``AnswerBatchResponse`` (every response of a model endpoint has
+    ``model_version``)."""
     out = _error_schemas()
     out.update(_classify_schemas(s))
     out.update(_answer_schemas(s))
@@ -57,7 +60,9 @@ def _error_schemas() -> dict[str, Any]:
     class ErrorResponse(BaseModel):
         error: ErrorDetail
 
-    errors = {413: {"model": ErrorResponse, "description": "request body too large"},
+    errors = {401: {"model": ErrorResponse, "description": "no valid API key (with keys set: Authorization: Bearer "
+                                                           "KEY)"},
+              413: {"model": ErrorResponse, "description": "request body too large"},
               422: {"model": ErrorResponse, "description": "invalid input (limits, types, empty text)"},
               503: {"model": ErrorResponse,
                     "description": "overloaded (would not start within the deadline; details.reason says why) or "
@@ -95,6 +100,7 @@ def _classify_schemas(s) -> dict[str, Any]:
 
     class ClassifyResponse(BaseModel):
         results: list[ClassifyResult]
+        model_version: str = Field(description=MODEL_VERSION)
 
     return {"ClassifyRequest": ClassifyRequest, "ClassifyResult": ClassifyResult, "ClassifyResponse": ClassifyResponse}
 
@@ -139,11 +145,15 @@ def _answer_schemas(s) -> dict[str, Any]:
                                         "min_confidence: no answer is given; span_answer holds the candidate)")
         abstained: bool = Field(description="true when reason is unsure")
 
+    class AnswerResponse(AnswerResult):
+        model_version: str = Field(description=MODEL_VERSION)
+
     class AnswerBatchResponse(BaseModel):
         results: list[AnswerResult]
+        model_version: str = Field(description=MODEL_VERSION)
 
     return {"AnswerRequest": AnswerRequest, "AnswerBatchRequest": AnswerBatchRequest, "AnswerResult": AnswerResult,
-            "AnswerBatchResponse": AnswerBatchResponse}
+            "AnswerResponse": AnswerResponse, "AnswerBatchResponse": AnswerBatchResponse}
 
 
 def clean_ask(r: dict) -> dict:
@@ -203,5 +213,6 @@ def _ask_schemas(s) -> dict[str, Any]:
         retrieval_ms: float
         reader_ms: float = Field(description="time from the reader's queue to its answers (micro-batching "
                                              "included)")
+        model_version: str = Field(description="the QA bundle's version: " + MODEL_VERSION)
 
     return {"AskRequest": AskRequest, "AskPassage": AskPassage, "AskResult": AskResult}

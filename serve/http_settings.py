@@ -4,6 +4,7 @@ import os
 from dataclasses import dataclass
 
 from denki.models.io.errors import DenkiError
+from denki.serve.http_auth import check_key_file
 from denki.serve.asker import DEFAULT_K
 from denki.serve.humanlog import check_human_log_path
 from denki.serve.microbatch import DEFAULT_MAX_QUEUE_MS, DEFAULT_WAIT_MS, batching_mode
@@ -30,6 +31,9 @@ class ServerSettings:
     human_log: str | None = None  # JSONL file the human-routed texts are appended to (serve.humanlog; None: off)
     index: str | None = None  # passage index (denki index build) that POST /v1/ask asks with the QA model (None: off)
     ask_k: int = DEFAULT_K  # passages the reader reads per /v1/ask question unless the request says
+    api_key_file: str | None = None  # API keys, one per line (serve.http_auth; re-read when it changes). None: off
+    # DENKI_API_KEY was set where the server started: a process that lacks it refuses to start (never serves open)
+    api_key_env: bool = False
 
     def __post_init__(self):
         self.batching = batching_mode(self.batching)
@@ -37,6 +41,8 @@ class ServerSettings:
             self.human_log = check_human_log_path(self.human_log)  # absolute: workers and replicas agree
         if self.index is not None:
             self.index = os.path.abspath(self.index)  # likewise
+        if self.api_key_file is not None:
+            self.api_key_file = check_key_file(self.api_key_file)  # likewise; read once: a clear error now
         if not 1 <= int(self.ask_k) <= MAX_ASK_K:
             raise DenkiError(f"ask_k (passages read per question) must be 1–{MAX_ASK_K}, not {self.ask_k}")
         longest_wait = max(DEFAULT_WAIT_MS.values()) if self.max_wait_ms is None else float(self.max_wait_ms)

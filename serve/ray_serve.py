@@ -5,6 +5,12 @@ Each replica is a Ray actor that builds the app of :func:`serve.http.create_app`
 replica, never pickled). Endpoints, limits, error bodies and the per-replica micro-batching are therefore exactly
 those of the single-machine server; Ray Serve's proxy spreads requests over the replicas.
 
+API keys work as on one machine: the settings carry the key file's absolute path (each replica reads and
+re-reads that file itself: it must be readable on every node) and whether ``DENKI_API_KEY`` was set; a replica
+whose environment lacks the variable then refuses to start rather than serve without keys (a local Ray instance
+inherits this process's environment; on a cluster, set it on the nodes or use the file). No key travels in the
+settings.
+
 Differences a user sees: ``/metrics`` describes the replica that answered (Ray exports cluster metrics of its own),
 and queueing beyond ``max_ongoing_requests`` per replica happens in Ray's proxy before the app's own 503.
 """

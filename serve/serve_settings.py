@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 
 from denki.models.io.errors import DenkiError
+from denki.serve.http_auth import check_key_file, env_key, keys_configured
 from denki.serve.http_settings import ServerSettings
 
 _HTTP = ServerSettings  # the HTTP layer's defaults (the class attributes of its fields)
@@ -55,6 +56,8 @@ class ServeSettings:
     # asking a passage index (POST /v1/ask)
     index: str | None = _HTTP.index
     ask_k: int = _HTTP.ask_k
+    # API keys (serve.http_auth; DENKI_API_KEY too, from the environment)
+    api_key_file: str | None = _HTTP.api_key_file
     http: str = "auto"  # uvicorn's HTTP parser: auto, httptools, h11
     log_level: str = "info"
     access_log: bool = False
@@ -67,7 +70,8 @@ class ServeSettings:
                               max_text_chars=self.max_text_chars, max_pairs=self.max_pairs,
                               max_context_chars=self.max_context_chars, max_body_bytes=self.max_body_bytes,
                               retry_after_s=self.retry_after, shutdown_timeout_s=self.shutdown_timeout,
-                              human_log=self.human_log, index=self.index, ask_k=self.ask_k)
+                              human_log=self.human_log, index=self.index, ask_k=self.ask_k,
+                              api_key_file=self.api_key_file, api_key_env=env_key() is not None)
 
     def check_models(self) -> None:
         """At least one bundle is given."""
@@ -93,6 +97,18 @@ class ServeSettings:
         same file; a clear error now when it cannot be used (no --classifier, its folder does not exist)."""
         self.check_human_log()
         return dataclasses.replace(self, human_log=self.server_settings().human_log)
+
+    def with_checked_api_keys(self) -> ServeSettings:
+        """These settings with the key file's path made absolute (every worker and Ray replica reads that file
+        itself); a clear error now when it does not exist or holds no key, or when DENKI_API_KEY is malformed."""
+        env_key()
+        if not self.api_key_file:
+            return self
+        return dataclasses.replace(self, api_key_file=check_key_file(self.api_key_file))
+
+    def keys_required(self) -> bool:
+        """Whether requests need an API key (``--api-key-file`` or DENKI_API_KEY)."""
+        return keys_configured(self.api_key_file)
 
     def to_json(self) -> str:
         """The settings as JSON, for the worker processes (:meth:`from_json`)."""

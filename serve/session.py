@@ -37,7 +37,8 @@ class OnnxSession:
 
     ``backend``: ``auto`` — CUDA: fp16 when exported, else fp32; CPU: the fastest variant ``denki bench pick``
     recorded for this CPU fingerprint and thread count (with its spinning setting), among those that passed the
-    export's parity gate; without such a record the default rule: int8 when it passed, else o2, else fp32.
+    export's parity gate; without such a record the default rule: int8 when it passed, else int8-channel when it
+    passed, else o2, else fp32.
     ``fastest`` (CPU): time the passing variants now (five batch-1 and two batch-8 calls each on the bundle's
     parity sample, spinning left as it is) and use the fastest; it costs a session per variant and a second or
     more at load, and writes nothing. Or one of :data:`MODEL_FILES` by name.
@@ -99,10 +100,13 @@ class OnnxSession:
             if self.allow_spinning is None:  # the caller's explicit setting wins over the record's
                 self.allow_spinning = picked.get("allow_spinning")
             return picked["backend"]
-        # default rule (bundles without a record, or none for this CPU): dynamic int8 when it passed its gate
-        if "int8" in available and passed_gate(self.manifest, "int8"):
-            self.choice = f"default rule: int8 passed its parity gate ({why})"
-            return "int8"
+        # default rule (bundles without a record, or none for this CPU): dynamic int8 when it passed its gate, else
+        # dynamic int8 with per-channel weight scales (closer to fp32 where per-tensor scales lose too much: a QA
+        # reader's span logits, experiments/reader-epochs)
+        for q in ("int8", "int8-channel"):
+            if q in available and passed_gate(self.manifest, q):
+                self.choice = f"default rule: {q} passed its parity gate ({why})"
+                return q
         b = "o2" if "o2" in available else "fp32"
         self.choice = f"default rule: no passing int8, {b} ({why})"
         return b

@@ -118,6 +118,9 @@ def test_http_ask_route_gives_what_the_asker_gives(manual_index, onnx_qa):
             assert got[key] == want[key], key
         assert [p["id"] for p in got["passages"]] == [p["id"] for p in want["passages"]] and len(got["passages"]) == 3
         assert got["passage"][got["start"]:got["end"]] == got["answer"] and got["reader_ms"] > 0
+        import hashlib  # the QA bundle's version, as every model endpoint gives it
+
+        assert got["model_version"] == hashlib.sha256((onnx_qa / "manifest.json").read_bytes()).hexdigest()[:12]
         assert len(c.post("/v1/ask", json={"question": "大浴場は何時まで使えますか?", "k": 1}).json()["passages"]) == 1
         nothing = c.post("/v1/ask", json={"question": "量子コンピュータ"}).json()
         assert nothing["reason"] == "no_passage" and not nothing["has_answer"] and nothing["passages"] == []

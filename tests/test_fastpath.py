@@ -189,6 +189,18 @@ def test_a_failing_variant_is_never_picked_even_when_recorded_fastest(bundle):
     assert p.backend == "o2" and p.choice.startswith("default rule: no passing int8")
 
 
+def test_default_rule_falls_back_to_per_channel_int8(bundle):
+    """No record: plain int8 when it passed its gate, else int8 with per-channel scales (the quickstart's reader
+    exports both), else o2."""
+    from denki.serve.runtime import Predictor
+
+    _fail_gate(bundle, "int8")
+    p = Predictor(bundle, device="cpu")
+    assert p.backend == "int8-channel" and p.choice.startswith("default rule: int8-channel passed")
+    _fail_gate(bundle, "int8-channel")
+    assert Predictor(bundle, device="cpu").backend == "o2"
+
+
 def test_another_cpus_record_or_thread_count_is_ignored(bundle):
     from denki.serve.fastpath import cpu_fingerprint, record
     from denki.serve.runtime import Predictor

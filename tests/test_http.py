@@ -208,6 +208,37 @@ def test_health_ready_metrics_openapi(client):
     assert client.get("/docs").status_code == 200
 
 
+def _manifest_version(bundle_dir) -> str:
+    import hashlib
+
+    return hashlib.sha256((Path(bundle_dir) / "manifest.json").read_bytes()).hexdigest()[:12]
+
+
+def test_model_version_on_every_answer(client, onnx_classifier, onnx_qa):
+    """Every model endpoint's JSON answer carries the served bundle's version at its top level (the sha256 of its
+    manifest.json, 12 hex characters), as /v1/models, the OpenAPI schema and /metrics (denki_model_info) do."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    want = {"classifier": _manifest_version(onnx_classifier), "qa": _manifest_version(onnx_qa)}
+    assert want["classifier"] != want["qa"] and all(len(v) == 12 for v in want.values())
+    ctx = "定例会議は毎週月曜の10時から始まる。"
+    answers = {"classifier": [client.post("/v1/classify", json={"texts": ["ログインできません"]})],
+               "qa": [client.post("/v1/answer", json={"question": "何時から?", "context": ctx}),
+                      client.post("/v1/answer/batch", json={"items": [{"question": "何時から?", "context": ctx}]})]}
+    for model, rs in answers.items():
+        for r in rs:
+            assert r.status_code == 200 and r.json()["model_version"] == want[model], r.text
+    assert "model_version" not in answers["qa"][1].json()["results"][0]  # once per answer, at the top
+    assert client.get("/v1/models").json()["model_versions"] == want
+    spec = client.get("/openapi.json").json()["components"]["schemas"]
+    for name in ("ClassifyResponse", "AnswerResponse", "AnswerBatchResponse"):
+        assert "model_version" in spec[name]["required"], name
+    text = client.get("/metrics").text
+    info = {(s.labels["model"], s.labels["version"]): s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name == "denki_model_info"}
+    assert info == {(m, v): 1.0 for m, v in want.items()}
+
+
 def test_classifier_only_server_has_no_qa_routes(cls_pred, qa_pred):
     from fastapi.testclient import TestClient
 

@@ -130,6 +130,16 @@ def read_manifest(directory: str | os.PathLike) -> dict:
     return manifest
 
 
+#: hex characters of the manifest's sha256 that name a bundle's version (``model_version`` of the HTTP API)
+VERSION_CHARS = 12
+
+
+def bundle_version(directory: str | os.PathLike) -> str:
+    """The bundle's version: the first :data:`VERSION_CHARS` hex characters of the sha256 of its ``manifest.json``
+    (which lists every file's sha256, so any change to the bundle changes it)."""
+    return sha256_file(Path(directory) / MANIFEST)[:VERSION_CHARS]
+
+
 def _own_version() -> str:
     try:
         return metadata.version("denki")
