@@ -138,7 +138,7 @@ def reuse_conversions(monkeypatch, degenerate, classifier_graphs, classifier_bun
         assert level == "O2"
         shutil.copyfile(current["dir"] / "model.o2.onnx", dest)
 
-    def quantize(src_model, dest):
+    def quantize(src_model, dest, per_channel=False):  # per channel too: the same degenerate int8 graph
         shutil.copyfile(current["dir"] / "model.int8.onnx", dest)
 
     monkeypatch.setattr(ex, "_export_fp32", fp32)
@@ -243,8 +243,9 @@ def test_int8_sessions_use_the_exact_kernel_where_needed(degenerate, monkeypatch
 
 def test_quickstart_leaves_the_failing_variant_out_and_finishes(degenerate, reuse_conversions, classifier_bundle,
                                                                  tiny_tokenizer_dir, tmp_path, capsys, monkeypatch):
-    """Stages 1–5 made beforehand (skipped); export → evaluation → summary run for real on the degenerate QA
-    model: the int8 QA variant is left out with one summary line, O2 is served, nothing stops."""
+    """Stages 1–5 made beforehand (skipped); export → ask → evaluation → summary run for real on the degenerate QA
+    model: both int8 QA variants (per tensor, per channel) are left out with one summary line each, O2 is served,
+    nothing stops."""
     from denki.app.cmd_quickstart import _Stages
 
     out = tmp_path / "qs"
@@ -279,10 +280,11 @@ def test_quickstart_leaves_the_failing_variant_out_and_finishes(degenerate, reus
     assert printed.count("done already (skipped)") == 5
     assert "QA: int8 left out (parity gate: agreement" in printed
     s = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    [lo] = s["left_out"]["qa"]
-    assert lo["variant"] == "int8" and s["qa"]["onnx_backend"] == "o2"
-    assert s["parity"]["qa"]["int8"]["left_out"] and s["qa"]["onnx"]["total"] == 150
-    assert not (out / "qa-onnx" / "model.int8.onnx").exists()
+    assert [lo["variant"] for lo in s["left_out"]["qa"]] == ["int8", "int8-channel"]
+    assert s["qa"]["onnx_backend"] == "o2" and s["qa"]["onnx"]["total"] == 150
+    for v in ("int8", "int8-channel"):
+        assert s["parity"]["qa"][v]["left_out"] and not (out / "qa-onnx" / f"model.{v}.onnx").exists()
+        assert printed.count(f"| QA ONNX {v}: left out") == 1
     line = next(x for x in printed.splitlines() if x.startswith("| QA ONNX int8: left out"))
     assert f"agreement {s['parity']['qa']['int8']['agreement']:.3f}" in line
     assert "the QA is served with ONNX o2 instead" in line
@@ -290,4 +292,4 @@ def test_quickstart_leaves_the_failing_variant_out_and_finishes(degenerate, reus
     # a re-run skips everything and still says it
     assert main(["quickstart", "--no-demo", "--out", str(out), "--from-checkpoint", "none"]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("done already (skipped)") == 7 and "| QA ONNX int8: left out" in printed
+    assert printed.count("done already (skipped)") == 8 and "| QA ONNX int8: left out" in printed
