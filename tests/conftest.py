@@ -317,3 +317,36 @@ def shipped_qa_onnx(tmp_path_factory):
     out = tmp_path_factory.mktemp("shipped_qa") / "onnx"
     export_bundle(ck["path"], out, optimize="O2", progress=False)
     return out
+
+
+def manual_squad_file(tmp_path: Path) -> Path:
+    """samples/manual_qa.jsonl as a SQuAD 2.0 file at ``tmp_path/manual.json``, one article per manual (the
+    retrieval and ask tests index its contexts and ask its questions)."""
+    sq = {"data": []}
+    for line in (REPO / "samples" / "manual_qa.jsonl").read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        if not sq["data"] or sq["data"][-1]["title"] != r["title"]:
+            sq["data"].append({"title": r["title"], "paragraphs": [{"context": r["context"], "qas": []}]})
+        sq["data"][-1]["paragraphs"][0]["qas"].append(
+            {"id": r["id"], "question": r["question"], "is_impossible": r["is_impossible"],
+             "answers": [{"text": t, "answer_start": s} for t, s in zip(r["answers"]["text"],
+                                                                         r["answers"]["answer_start"])]})
+    path = tmp_path / "manual.json"
+    path.write_text(json.dumps(sq, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cls_pred(onnx_classifier):
+    """The fixtures' ONNX classifier loaded once per test module (fp32, one thread)."""
+    from denki.serve.runtime import Predictor
+
+    return Predictor(onnx_classifier, backend="fp32", device="cpu", threads=1)
+
+
+@pytest.fixture(scope="module")
+def qa_pred(onnx_qa):
+    """The fixtures' ONNX QA model loaded once per test module (fp32, one thread)."""
+    from denki.serve.runtime import Predictor
+
+    return Predictor(onnx_qa, backend="fp32", device="cpu", threads=1)

@@ -9,7 +9,7 @@ import pytest
 from denki.app.cli import main
 from denki.models.io.errors import DenkiError
 
-from .conftest import REPO
+from .conftest import REPO, manual_squad_file
 
 MANUAL_QA = REPO / "samples" / "manual_qa.jsonl"
 
@@ -70,7 +70,7 @@ def test_evaluate_ask_reports_recall_end_to_end_and_left_out_articles(onnx_qa, t
     articles left out of the index, their questions counted apart."""
     from denki.models.retrieval.index import PassageIndex
 
-    data = _manual_squad(tmp_path)
+    data = manual_squad_file(tmp_path)
     idx = tmp_path / "idx"
     PassageIndex.build([data], idx).close()
     out = tmp_path / "r.json"
@@ -139,22 +139,6 @@ def test_http_ask_route_gives_what_the_asker_gives(manual_index, onnx_qa):
         ServeSettings(classifier=str(onnx_qa), index=str(manual_index)).check_index()
 
 
-def _manual_squad(tmp_path):
-    """samples/manual_qa.jsonl as a SQuAD 2.0 file, one article per manual."""
-    sq = {"data": []}
-    for line in MANUAL_QA.read_text(encoding="utf-8").splitlines():
-        r = json.loads(line)
-        if not sq["data"] or sq["data"][-1]["title"] != r["title"]:
-            sq["data"].append({"title": r["title"], "paragraphs": [{"context": r["context"], "qas": []}]})
-        sq["data"][-1]["paragraphs"][0]["qas"].append(
-            {"id": r["id"], "question": r["question"], "is_impossible": r["is_impossible"],
-             "answers": [{"text": t, "answer_start": s} for t, s in zip(r["answers"]["text"],
-                                                                         r["answers"]["answer_start"])]})
-    data = tmp_path / "manual.json"
-    data.write_text(json.dumps(sq, ensure_ascii=False), encoding="utf-8")
-    return data
-
-
 def test_fit_threshold_maximises_the_mixed_f1():
     from denki.serve.calibrate_ask import fit_threshold
     from denki.serve.evaluate_ask import mixed_f1
@@ -176,7 +160,7 @@ def test_calibrate_ask_writes_a_bundle_the_asker_uses(onnx_qa, tmp_path, capsys)
     from denki.models.bundle.format import verify_bundle
     from denki.models.retrieval.index import PassageIndex
 
-    data = _manual_squad(tmp_path)
+    data = manual_squad_file(tmp_path)
     idx = tmp_path / "idx"
     PassageIndex.build([data], idx).close()
     out = tmp_path / "qa-ask"

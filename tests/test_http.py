@@ -23,21 +23,10 @@ pytest.importorskip("fastapi")
 from denki.models.io.errors import DenkiError  # noqa: E402
 from denki.serve.http import Metrics, ServerSettings, create_app  # noqa: E402
 from denki.serve.microbatch import MicroBatcher, QueueFull, SharedBacklog, resolve_batching  # noqa: E402
-from denki.serve.runtime import Predictor  # noqa: E402
 
 from .conftest import free_port, serve_two_workers, wait_ready  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def cls_pred(onnx_classifier):
-    return Predictor(onnx_classifier, backend="fp32", device="cpu", threads=1)
-
-
-@pytest.fixture(scope="module")
-def qa_pred(onnx_qa):
-    return Predictor(onnx_qa, backend="fp32", device="cpu", threads=1)
 
 
 @pytest.fixture(scope="module")

@@ -16,21 +16,10 @@ from denki.models.io.errors import DenkiError  # noqa: E402
 from denki.serve import http_auth  # noqa: E402
 from denki.serve.http import ServerSettings, create_app  # noqa: E402
 from denki.serve.http_auth import API_KEY_ENV, ApiKeys  # noqa: E402
-from denki.serve.runtime import Predictor  # noqa: E402
 
 from .conftest import serve_two_workers  # noqa: E402
 
 KEYS = ["k-alpha-0123456789", "k-beta-9876543210"]
-
-
-@pytest.fixture(scope="module")
-def cls_pred(onnx_classifier):
-    return Predictor(onnx_classifier, backend="fp32", device="cpu", threads=1)
-
-
-@pytest.fixture(scope="module")
-def qa_pred(onnx_qa):
-    return Predictor(onnx_qa, backend="fp32", device="cpu", threads=1)
 
 
 @pytest.fixture(autouse=True)

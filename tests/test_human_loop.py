@@ -59,11 +59,6 @@ def unsure_pred(unsure_bundle):
     return Predictor(unsure_bundle, backend="fp32", device="cpu", threads=1)
 
 
-@pytest.fixture(scope="module")
-def cls_pred(onnx_classifier):
-    return Predictor(onnx_classifier, backend="fp32", device="cpu", threads=1)
-
-
 def read_lines(path: Path) -> list[dict]:
     raw = path.read_bytes()
     assert raw == b"" or raw.endswith(b"\n")  # whole lines only

@@ -15,7 +15,7 @@ from denki.models.retrieval.index import PassageIndex
 from denki.models.retrieval.passages import MAX_PASSAGE_CHARS, read_passages
 from denki.models.retrieval.words import search_words
 
-from .conftest import REPO
+from .conftest import REPO, manual_squad_file
 
 MANUAL_QA = REPO / "samples" / "manual_qa.jsonl"
 
@@ -130,15 +130,7 @@ def test_recall_on_the_manual_set_and_the_cli(tmp_path, capsys):
     assert main(["index", "list", "--index", str(out)]) == 0
     assert "manual_qa.jsonl" in capsys.readouterr().out
     # recall of the manual questions against their own paragraph (SQuAD layout: one article per manual)
-    sq = {"data": []}
-    for line in MANUAL_QA.read_text(encoding="utf-8").splitlines():
-        r = json.loads(line)
-        if not sq["data"] or sq["data"][-1]["title"] != r["title"]:
-            sq["data"].append({"title": r["title"], "paragraphs": [{"context": r["context"], "qas": []}]})
-        sq["data"][-1]["paragraphs"][0]["qas"].append(
-            {"id": r["id"], "question": r["question"], "is_impossible": r["is_impossible"]})
-    path = tmp_path / "manual.json"
-    path.write_text(json.dumps(sq, ensure_ascii=False), encoding="utf-8")
+    path = manual_squad_file(tmp_path)
     idx = PassageIndex.build([path], tmp_path / "idx2")
     rec = passage_recall(idx, path)
     assert rec["questions"] == 23 and rec["recall_at"]["5"] == 1.0 and rec["recall_at"]["1"] >= 0.9
