@@ -9,9 +9,6 @@ it was fitted) in ``task.json``; :class:`~serve.asker.Asker` uses it. Torch-free
 """
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import numpy as np
 
 from denki.models.io.errors import DenkiError
@@ -37,8 +34,7 @@ def calibrate_ask(*, index: str, qa: str, data: str, out: str, k: int = 5, exclu
     """Ask ``data``'s questions of ``index`` with ``exclude_articles`` whole articles left out, fit the threshold,
     write the bundle to ``out`` (built in ``OUT.partial``, then renamed) → the fitted fields and the figures at the
     reader's own threshold and at the fitted one (on ``data``: optimistic)."""
-    from denki.models.bundle.format import MANIFEST, command_line, read_manifest, read_task, write_manifest
-    from denki.models.io.fileio import atomic_write_json, replace_dir
+    from denki.models.bundle.format import command_line, copy_with_task, read_manifest, read_task
 
     if not 0.0 < share < 1.0:
         raise DenkiError(f"--unanswerable-share must be between 0 and 1, not {share}")
@@ -57,19 +53,11 @@ def calibrate_ask(*, index: str, qa: str, data: str, out: str, k: int = 5, exclu
                                   "out_of_collection_questions": len(rows["out_of_collection"]),
                                   "mixed_f1": best, "mixed_f1_at_reader_threshold": r["mixed_f1"],
                                   "reader_null_threshold": r["null_threshold"]}}
-    src = Path(qa)
-    manifest = read_manifest(src)
-    if not manifest["kind"].startswith("onnx"):
-        raise DenkiError(f"--qa {qa}: a {manifest['kind']} bundle; calibrate the ONNX QA bundle `denki ask` reads")
-    dest = Path(out)
-    tmp = dest.with_name(dest.name + ".partial")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(MANIFEST, "__pycache__"))
-    atomic_write_json(tmp / "task.json", {**read_task(src), **fields})
-    source = {**manifest.get("source", {}), "ask_calibrated": {"from": str(src), "command": command_line()}}
-    write_manifest(tmp, manifest["kind"], source=source, metrics=manifest.get("metrics", {}))
-    replace_dir(tmp, dest)
+    kind = read_manifest(qa)["kind"]
+    if not kind.startswith("onnx"):
+        raise DenkiError(f"--qa {qa}: a {kind} bundle; calibrate the ONNX QA bundle `denki ask` reads")
+    copy_with_task(qa, out, {**read_task(qa), **fields},
+                   {"ask_calibrated": {"from": str(qa), "command": command_line()}})
     return {**fields, "evaluation_at_reader_threshold": r,
             "answered_in_collection_at_fitted": float(np.mean([d is not None and d <= thr
                                                                for d, _ in rows["in_collection"]])),

@@ -180,3 +180,23 @@ def verify_bundle(directory: str | os.PathLike, kinds: tuple[str, ...] | None = 
 def read_task(directory: str | os.PathLike) -> dict:
     p = Path(directory) / TASK
     return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
+
+
+def copy_with_task(src: str | os.PathLike, out: str | os.PathLike, task: dict, provenance: dict[str, dict]) -> None:
+    """A copy of the bundle ``src`` at ``out`` with ``task`` as its task.json and ``provenance`` added to the
+    manifest's ``source`` (every file hashed again; built in ``OUT.partial``, then renamed): how ``denki calibrate``
+    writes a calibrated bundle and leaves the source as it is."""
+    import shutil
+
+    from denki.models.io.fileio import replace_dir
+
+    manifest = read_manifest(src)
+    dest = Path(out)
+    tmp = dest.with_name(dest.name + ".partial")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(MANIFEST, "__pycache__"))
+    atomic_write_json(tmp / TASK, task)
+    write_manifest(tmp, manifest["kind"], source={**manifest.get("source", {}), **provenance},
+                   metrics=manifest.get("metrics", {}))
+    replace_dir(tmp, dest)

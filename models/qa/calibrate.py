@@ -4,9 +4,6 @@ fine-tuned before confidences existed, or to fit on your own questions. Writes a
 as it is. Torch is imported inside the functions."""
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 from denki.models.io.errors import DenkiError
 
 
@@ -15,8 +12,7 @@ def calibrate_qa(*, model: str, data: str, out: str, target_precision: float | N
     """Fit ``task.json`` ``confidence`` (+ ``min_confidence``) of ``model`` on ``data`` and write the bundle to
     ``out`` (built in ``OUT.partial``, then renamed) → ``{"task": the new fields, "report": the coverage table on
     data}`` (optimistic: fitted there)."""
-    from denki.models.bundle.format import MANIFEST, command_line, read_manifest, write_manifest
-    from denki.models.io.fileio import atomic_write_json, replace_dir
+    from denki.models.bundle.format import command_line, copy_with_task
     from denki.models.qa.evaluate import predict_file
     from denki.models.qa.report import golds_of, jsonable
     from denki.models.qa.selective import fit_confidence, fit_min_confidence, selective_report
@@ -33,15 +29,6 @@ def calibrate_qa(*, model: str, data: str, out: str, target_precision: float | N
         chosen = fit_min_confidence(res, golds, fields["confidence"], thr, target_precision)
         fields.update(min_confidence=chosen["threshold"], target_precision=target_precision,
                       target_precision_reached=chosen["reached"])
-    manifest = read_manifest(src)
-    dest = Path(out)
-    tmp = dest.with_name(dest.name + ".partial")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(MANIFEST, "__pycache__"))
-    atomic_write_json(tmp / "task.json", jsonable({**task, **fields}))
-    source = {**manifest.get("source", {}),
-              "calibrated": {"from": str(src), "data": str(data), "command": command_line()}}
-    write_manifest(tmp, manifest["kind"], source=source, metrics=manifest.get("metrics", {}))
-    replace_dir(tmp, dest)
+    copy_with_task(src, out, jsonable({**task, **fields}),
+                   {"calibrated": {"from": str(src), "data": str(data), "command": command_line()}})
     return {"task": fields, "report": selective_report(res, golds, {**task, **fields})}
