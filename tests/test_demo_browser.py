@@ -214,21 +214,31 @@ def test_demo_answers_from_the_shipped_qa_checkpoint(checkpoint_demo_url, tmp_pa
             page.get_by_role("tab", name="回答抽出").click()
             page.locator("#qa-question textarea").wait_for(timeout=60_000)
             out = page.locator("#qa-output")
-            for _ in range(3):  # see test_demo_in_browser: a fill before Gradio listens can be lost
-                page.locator("#qa-question textarea").fill(GODZILLA_QUESTION)
-                page.locator("#qa-passage textarea").fill(passage)
-                page.locator("#qa-button").click()
-                try:
-                    expect(out).to_contain_text("回答", timeout=30_000)
-                    if "入力してください" not in out.inner_text():
-                        break
-                except AssertionError:
-                    pass
+            _ask_until_heard(page, {"#qa-question textarea": GODZILLA_QUESTION, "#qa-passage textarea": passage},
+                             "#qa-button", out)
             expect(out).to_contain_text(f"回答: {GODZILLA_ANSWER}", timeout=10_000)
             expect(page.locator("#qa-highlight")).to_contain_text(GODZILLA_ANSWER)
             page.screenshot(path=str(tmp_path / "demo_qa_checkpoint.png"), full_page=True)
         finally:
             browser.close()
+
+
+def _ask_until_heard(page, fills: dict[str, str], button: str, out) -> None:
+    """Fill the inputs (selector → text), click ``button`` and wait for ``out`` to answer; again, up to 3 tries,
+    when the app answered its "empty input" message (see test_demo_in_browser: a fill before Gradio listens can
+    be lost)."""
+    from playwright.sync_api import expect
+
+    for _ in range(3):
+        for selector, text in fills.items():
+            page.locator(selector).fill(text)
+        page.locator(button).click()
+        try:
+            expect(out).to_contain_text("回答", timeout=30_000)
+            if "入力してください" not in out.inner_text():
+                break
+        except AssertionError:
+            pass
 
 
 EAT_IN_QUESTION, EAT_IN_ANSWER, BAKERY = "イートインスペースは何席ありますか?", "10席", "ベーカリー・こむぎ堂のご案内"
@@ -257,15 +267,7 @@ def test_demo_asks_the_sample_manual(checkpoint_demo_url, tmp_path):
             expect(shown).to_have_count(len(EXAMPLE_QUESTIONS), timeout=20_000)
             assert [c.strip() for c in shown.all_inner_texts()] == EXAMPLE_QUESTIONS
             out = page.locator("#ask-output")
-            for _ in range(3):  # see test_demo_in_browser: a fill before Gradio listens can be lost
-                page.locator("#ask-question textarea").fill(EAT_IN_QUESTION)
-                page.locator("#ask-button").click()
-                try:
-                    expect(out).to_contain_text("回答", timeout=30_000)
-                    if "入力してください" not in out.inner_text():
-                        break
-                except AssertionError:
-                    pass
+            _ask_until_heard(page, {"#ask-question textarea": EAT_IN_QUESTION}, "#ask-button", out)
             expect(out).to_contain_text(f"回答: {EAT_IN_ANSWER}", timeout=10_000)
             expect(out).to_contain_text(BAKERY)
             # the answer is the one highlighted span of the passage, labelled 回答
