@@ -42,10 +42,10 @@ the metrics (:mod:`serve.http_metrics`), the outer ASGI layer with admission, bo
 """
 import logging
 import os
+import signal
 from contextlib import asynccontextmanager
 from typing import Any
 
-from denki.models.bundle.format import MANIFEST, bundle_version
 from denki.models.io.errors import DenkiError
 from denki.models.registry.tasks import task_for
 from denki.serve.http_admission import ObserveAndLimit
@@ -57,24 +57,32 @@ from denki.serve.http_schemas import build_schemas
 from denki.serve.http_settings import ServerSettings
 from denki.serve.humanlog import HumanLog
 from denki.serve.microbatch import MicroBatcher, SharedBacklog, default_wait_ms, resolve_batching
+from denki.serve.reload import Loaded, Reloader, board_from_env, loaded, model_version  # noqa: F401 (re-exported)
 
 log = logging.getLogger("denki.http")
 
 
-def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = None, metrics: Metrics | None = None):
+def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = None, metrics: Metrics | None = None,
+               sources: dict[str, str] | None = None, load_kw: dict | None = None, reloadable: bool = True):
     """Build the FastAPI app over loaded predictors (``serve.runtime.Predictor``; at least one).
+
+    Reloads (``POST /admin/reload``, SIGHUP; :mod:`serve.reload`) load each model again from ``sources`` (model →
+    the path given at start; default: the loaded bundle's folder) with the predictor settings ``load_kw``
+    (backend, device, threads); with ``reloadable`` False (Ray replicas) the route answers 501.
 
     Each model gets a :class:`MicroBatcher` (admission control with ``settings.max_queue_ms``; micro-batching as
     :func:`resolve_batching` decides from the predictor's device and threads; ``app.state.batching`` says what and
     why). The batchers start with the app (ASGI lifespan) and, at shutdown, finish the work already queued."""
     predictors = _check_kinds(classifier, qa)
     s = settings or ServerSettings()
-    served = Served(settings=s, metrics=metrics or Metrics(), predictors=predictors,
-                    versions={name: model_version(p) for name, p in predictors.items()},
+    served = Served(settings=s, metrics=metrics or Metrics(), loaded={n: loaded(p) for n, p in predictors.items()},
                     api_keys=ApiKeys.from_settings(s))
     served.human_log = _open_human_log(served)
     served.asker = _open_asker(served)
     _add_batchers(served)
+    if reloadable:
+        served.reloader = Reloader(sources or {n: m.path for n, m in served.loaded.items()}, load_kw or {},
+                                   swap=lambda name, m: _swap(served, name, m), board=board_from_env())
     app = _fastapi_app(served)
     schemas = build_schemas(s)  # the request limits come from the settings
     add_error_handlers(app, served)
@@ -139,13 +147,23 @@ def _add_batchers(served: Served) -> None:
         enabled, why = resolve_batching(s.batching, device, getattr(predictor, "threads", None))
         wait_ms = default_wait_ms(device) if s.max_wait_ms is None else s.max_wait_ms
         served.batchers[name] = MicroBatcher(
-            model_call(name, predictor, s.max_batch), max_batch=s.max_batch, max_wait_ms=wait_ms,
+            model_call(name, served, s.max_batch), max_batch=s.max_batch, max_wait_ms=wait_ms,
             max_queue=s.max_queue, max_queue_ms=s.max_queue_ms, enabled=enabled, name=name,
             on_batch=lambda st, name=name: metrics.observe_batch(name, st),
             on_shed=lambda reason, name=name: metrics.observe_shed(name, reason),
             on_pending=lambda n, name=name: metrics.set_queue_items(name, n), backlog=backlog)
         served.batching[name] = why
         metrics.add_model(name, served.versions.get(name))
+
+
+def _swap(served: Served, name: str, new: Loaded) -> None:
+    """Put a reloaded model in service: the next micro-batch runs on it (one assignment; a batch already running
+    finishes on the old one), the version metric moves, and /v1/ask reads with it."""
+    old = served.loaded[name]
+    served.loaded[name] = new
+    served.metrics.move_model_version(name, old.version, new.version)
+    if served.asker is not None and served.asker.reader is old.predictor:  # the reader /v1/ask reads with
+        served.asker.reader = new.predictor
 
 
 def _admission(batchers: dict[str, MicroBatcher]):
@@ -169,6 +187,7 @@ def _lifespan(served: Served):
     async def lifespan(app):
         for b in served.batchers.values():
             await b.start()
+        hup = _start_reloader(served)
         served.ready = True
         human_log = served.human_log
         log.info("denki serve ready (pid %d): %s; batching %s; deadline %s; human log %s", os.getpid(),
@@ -180,11 +199,39 @@ def _lifespan(served: Served):
             yield
         finally:
             served.ready = False
+            await _stop_reloader(served, hup)
             for b in served.batchers.values():
                 await b.close(timeout=s.shutdown_timeout_s)
             served.metrics.close()
 
     return lifespan
+
+
+def _start_reloader(served: Served) -> bool:
+    """Start the reloader (in a worker: report to the board and follow it) and make SIGHUP reload; returns whether
+    the SIGHUP handler was installed (only in the main thread of a process that owns its signals: not under a
+    test client or on a Ray replica)."""
+    import asyncio
+
+    if served.reloader is None:
+        return False
+    served.reloader.start(served.versions)
+    try:
+        asyncio.get_running_loop().add_signal_handler(
+            signal.SIGHUP, lambda: asyncio.ensure_future(served.reloader.reload_logged()))
+        return True
+    except (ValueError, RuntimeError, NotImplementedError, AttributeError):
+        return False
+
+
+async def _stop_reloader(served: Served, hup: bool) -> None:
+    import asyncio
+
+    if served.reloader is None:
+        return
+    if hup:
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+    await served.reloader.stop()
 
 
 def _fastapi_app(served: Served):
@@ -203,17 +250,8 @@ def _fastapi_app(served: Served):
     app.state.batching = served.batching
     app.state.human_log = served.human_log
     app.state.api_keys = served.api_keys
-    app.state.versions = served.versions
+    app.state.served = served  # the live view: versions and predictors change with a reload
     return app
-
-
-def model_version(predictor) -> str:
-    """The served bundle's version (``model_version`` of every answer): the first 12 hex characters of the sha256
-    of its manifest.json; ``unknown`` for a predictor without a bundle directory."""
-    d = getattr(predictor, "dir", None)
-    if d is None or not os.path.isfile(os.path.join(str(d), MANIFEST)):
-        return "unknown"
-    return bundle_version(d)
 
 
 def _model_name(predictor) -> str:

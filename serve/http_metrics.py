@@ -159,6 +159,13 @@ class Metrics:
         if version is not None:
             self._model_info.labels(model, version).set(1)
 
+    def move_model_version(self, model: str, old: str, new: str) -> None:
+        """A reload: ``denki_model_info{model,old}`` 0 and ``{model,new}`` 1 (set, not removed: in multiprocess
+        mode each worker's value lives in the shared files, and a worker still on the old version keeps its 1)."""
+        if old != new:
+            self._model_info.labels(model, old).set(0)
+        self._model_info.labels(model, new).set(1)
+
     def request_started(self) -> None:
         self._in_flight.inc()
 

@@ -21,6 +21,7 @@ from denki.serve.http_metrics import Metrics
 from denki.serve.http_schemas import clean_answer, clean_ask
 from denki.serve.humanlog import HumanLog
 from denki.serve.microbatch import MicroBatcher, QueueFull, ShuttingDown
+from denki.serve.reload import Loaded, ReloadFailed, tag_version, take_version
 
 log = logging.getLogger("denki.http")
 
@@ -31,21 +32,32 @@ MODEL_OF_PATH = {"/v1/classify": "classifier", "/v1/answer": "qa", "/v1/answer/b
 @dataclass
 class Served:
     """What the routes of one app share: its settings (:class:`~serve.http.ServerSettings`) and metrics, the
-    served predictors by model name (``classifier``, ``qa``), the human log (None: off), a micro-batcher per model
+    served models by name (``classifier``, ``qa``: a :class:`~serve.reload.Loaded` each — predictor, version,
+    folder — replaced as a whole by a reload), the human log (None: off), a micro-batcher per model
     and what was decided about its batching and why, whether the app is ready (the lifespan sets it) and the
-    paths of its routes (the bounded ``endpoint`` label of the metrics; filled once every route is added), the
-    version of each served bundle (``model_version``) and the API keys (None: off)."""
+    paths of its routes (the bounded ``endpoint`` label of the metrics; filled once every route is added), the API
+    keys (None: off) and the :class:`~serve.reload.Reloader` (None: reloads off, as on Ray)."""
     settings: Any
     metrics: Metrics
-    predictors: dict[str, Any]
+    loaded: dict[str, Loaded]
     human_log: HumanLog | None = None
     asker: Any = None  # serve.asker.Asker over the served QA predictor when an index is served (POST /v1/ask)
     batchers: dict[str, MicroBatcher] = field(default_factory=dict)
     batching: dict[str, str] = field(default_factory=dict)  # model → "on (auto: …)" / "off (…)"
     ready: bool = False
     known_paths: set[str] = field(default_factory=set)
-    versions: dict[str, str] = field(default_factory=dict)  # model → its bundle's version (model_version)
     api_keys: Any = None  # serve.http_auth.ApiKeys when keys are required (None: off)
+    reloader: Any = None  # serve.reload.Reloader (POST /admin/reload, SIGHUP)
+
+    @property
+    def predictors(self) -> dict[str, Any]:
+        """model name → the predictor serving it now."""
+        return {name: m.predictor for name, m in self.loaded.items()}
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """model name → the version serving it now (``model_version``)."""
+        return {name: m.version for name, m in self.loaded.items()}
 
     def describe(self) -> dict[str, str]:
         """model name → what is loaded (the predictor's own description: bundle, backend, device; ``index``: the
@@ -139,8 +151,48 @@ def add_ops_routes(app, served: Served, schemas) -> None:
     @app.get("/v1/models", tags=["models"], summary="Loaded models, backends and limits")
     async def models() -> dict[str, Any]:
         # the settings hold the key file's path, never a key; api_keys: how many keys are accepted now
+        reloader = served.reloader
         return {"models": served.describe(), "model_versions": dict(served.versions), "settings": asdict(s),
-                "batching": dict(served.batching), "api_keys": len(served.api_keys or ()), "pid": os.getpid()}
+                "batching": dict(served.batching), "api_keys": len(served.api_keys or ()), "pid": os.getpid(),
+                "reload": None if reloader is None else {"generation": reloader.generation, "last": reloader.last}}
+
+    _add_reload_route(app, served, schemas)
+
+
+def _add_reload_route(app, served: Served, schemas) -> None:
+    """``POST /admin/reload``: load every bundle again from its start path, check it, swap it in, in every worker
+    (:class:`~serve.reload.Reloader`); answers once every worker serves it (200), or with the reason (409: refused,
+    the old models keep serving; 500: a worker failed after another had swapped). With API keys it needs one
+    (the outer layer); without keys only a client on this machine may ask (403 otherwise)."""
+    from fastapi import Request
+
+    @app.post("/admin/reload", tags=["ops"], summary="Reload the models from their paths (every worker)",
+              responses={403: {"model": schemas.ErrorResponse}, 409: {"model": schemas.ErrorResponse},
+                         501: {"model": schemas.ErrorResponse}})
+    async def reload(request: Request):
+        if served.reloader is None:
+            return error_response(served, request, 501, "reload_unavailable",
+                                  "this server cannot reload in place (on Ray: run `denki serve --ray` again, "
+                                  "which rolls the replicas over)")
+        if served.api_keys is None and not _local_client(request):
+            return error_response(served, request, 403, "forbidden", "without API keys only a client on this "
+                                  "machine may reload; start the server with --api-key-file or DENKI_API_KEY")
+        try:
+            return await served.reloader.reload()
+        except ReloadFailed as exc:
+            code = "reload_refused" if exc.status == 409 else "reload_failed"
+            return error_response(served, request, exc.status, code, str(exc), exc.details)
+
+
+def _local_client(request) -> bool:
+    """Whether the request comes from this machine (loopback)."""
+    import ipaddress
+
+    host = request.client.host if request.client else ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host in ("testclient", "localhost")
 
 
 # ---------------------------------------------------------------------------------------------- model routes
@@ -150,9 +202,16 @@ def add_model_routes(app, name: str, served: Served, schemas) -> None:
     MODEL_ROUTES[name](app, served, schemas)
 
 
-def model_call(name: str, predictor, max_batch: int) -> Callable[[list], list]:
-    """The function the micro-batcher of the model served as ``name`` runs on one batch of items."""
-    return MODEL_CALLS[name](predictor, max_batch)
+def model_call(name: str, served: Served, max_batch: int) -> Callable[[list], list]:
+    """The function the micro-batcher of the model served as ``name`` runs on one batch of items: on the model
+    serving at the moment the batch starts (a reload swaps it between batches, never within one), each result
+    marked with that model's version (:func:`~serve.reload.tag_version`)."""
+
+    def call(items: list) -> list:
+        m = served.loaded[name]  # one read: the predictor and its version go together
+        return tag_version(MODEL_CALLS[name](m.predictor, max_batch)(items), m.version)
+
+    return call
 
 
 def _classify_call(predictor, max_batch: int):
@@ -178,9 +237,10 @@ def _add_classify_routes(app, served: Served, schemas) -> None:
                           "route (the label, or the human label when the model is not confident enough).")
     async def classify(req: ClassifyRequest, request: Request):
         results = await served.batchers["classifier"].submit(req.texts, arrived=_arrived(request))
+        version = take_version(results, served.versions["classifier"])
         if served.human_log is not None:
             _log_human(served.human_log, served.metrics, req.texts, results, request.headers.get("x-request-id"))
-        return {"results": results, "model_version": served.versions["classifier"]}
+        return {"results": results, "model_version": version}
 
 
 def _add_answer_routes(app, served: Served, schemas) -> None:
@@ -193,15 +253,17 @@ def _add_answer_routes(app, served: Served, schemas) -> None:
     @app.post("/v1/answer", tags=["models"], response_model=schemas.AnswerResponse, responses=schemas.errors,
               summary="Answer a question from a passage (extractive)")
     async def answer(req: AnswerRequest, request: Request):
-        r = (await served.batchers["qa"].submit([(req.question, req.context)], arrived=_arrived(request)))[0]
-        return {**clean_answer(r), "model_version": served.versions["qa"]}
+        rs = await served.batchers["qa"].submit([(req.question, req.context)], arrived=_arrived(request))
+        version = take_version(rs, served.versions["qa"])
+        return {**clean_answer(rs[0]), "model_version": version}
 
     @app.post("/v1/answer/batch", tags=["models"], response_model=schemas.AnswerBatchResponse,
               responses=schemas.errors, summary="Answer several question/passage pairs")
     async def answer_batch(req: AnswerBatchRequest, request: Request):
         rs = await served.batchers["qa"].submit([(it.question, it.context) for it in req.items],
                                                 arrived=_arrived(request))
-        return {"results": [clean_answer(r) for r in rs], "model_version": served.versions["qa"]}
+        version = take_version(rs, served.versions["qa"])
+        return {"results": [clean_answer(r) for r in rs], "model_version": version}
 
     if served.asker is not None:
         _add_ask_route(app, served, schemas)
@@ -227,8 +289,9 @@ def _add_ask_route(app, served: Served, schemas) -> None:
         reads = (await served.batchers["qa"].submit(asker.pairs(req.question, hits), arrived=_arrived(request))
                  if hits else [])
         t2 = time.perf_counter()
+        version = take_version(reads, served.versions["qa"])
         out = clean_ask(asker.result(hits, reads, retrieval_ms=(t1 - t0) * 1e3, reader_ms=(t2 - t1) * 1e3))
-        return {**out, "model_version": served.versions["qa"]}
+        return {**out, "model_version": version}
 
 
 #: model name → the function adding its routes, and the function building its micro-batcher's call

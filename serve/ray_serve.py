@@ -50,7 +50,8 @@ def build_application(classifier: str | None, qa: str | None, settings, *, backe
 
         kw = dict(backend=backend, device=device, threads=ort_threads)
         return create_app(classifier=Predictor(cls_dir, **kw) if cls_dir else None,
-                          qa=Predictor(qa_dir, **kw) if qa_dir else None, settings=settings)
+                          qa=Predictor(qa_dir, **kw) if qa_dir else None, settings=settings,
+                          reloadable=False)  # a reload would reach one replica: Ray rolls them on redeploy
 
     class DenkiReplica:
         """One replica of the denki HTTP API (its state is the app that ``build_asgi_app`` returns)."""

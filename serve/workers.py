@@ -24,6 +24,7 @@ import sys
 import tempfile
 
 from denki.models.io.errors import DenkiError
+from denki.serve.reload import WORKER_STATE_ENV, start_paths
 from denki.serve.serve_settings import ServeSettings
 
 log = logging.getLogger("denki.serve")
@@ -31,7 +32,6 @@ log = logging.getLogger("denki.serve")
 #: environment variables handing the settings to the worker processes (uvicorn starts them with spawn, so they
 #: import the app from a string and rebuild it) and naming the folder a failing worker reports into
 WORKER_SETTINGS_ENV = "DENKI_SERVE_WORKER_SETTINGS"
-WORKER_STATE_ENV = "DENKI_SERVE_STATE_DIR"
 STARTUP_FAILURE_FILE = "startup-failure.txt"
 
 #: what :func:`_run_workers` asks uvicorn to import in each worker
@@ -117,6 +117,7 @@ def run_server(settings: ServeSettings) -> int:
              "s" if workers > 1 else "", settings.threads or "default", uvicorn_kw["http"])
     if workers > 1:
         return serve_workers(settings, workers, uvicorn_kw)
+    ignore_hup_until_ready()
     uvicorn.run(build_app(settings), **uvicorn_kw)
     return 0
 
@@ -134,6 +135,15 @@ def _run_on_ray(settings: ServeSettings) -> int:
                          temp_dir=settings.ray_temp_dir, detach=settings.detach)
 
 
+def ignore_hup_until_ready() -> None:
+    """SIGHUP's default action ends the process; while the models load it is ignored, and the app's lifespan then
+    makes it a reload (:mod:`serve.reload`)."""
+    import signal
+
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
 def build_app(settings: ServeSettings):
     """Load the predictors and build the app (separate from uvicorn so tests and benchmarks can reuse it)."""
     from denki.serve.http import create_app
@@ -142,9 +152,12 @@ def build_app(settings: ServeSettings):
     settings.check_models()
     server_settings = settings.server_settings()
     kw = dict(backend=settings.backend, device=settings.device, threads=settings.threads)
-    cls = Predictor(settings.classifier, **kw) if settings.classifier else None
-    qa = Predictor(settings.qa, **kw) if settings.qa else None
-    return create_app(classifier=cls, qa=qa, settings=server_settings)
+    sources = {name: os.path.abspath(path) for name, path in (("classifier", settings.classifier),
+                                                                ("qa", settings.qa)) if path}
+    paths = start_paths(sources)  # a restarted worker loads what the last reload published
+    cls = Predictor(paths["classifier"], **kw) if settings.classifier else None
+    qa = Predictor(paths["qa"], **kw) if settings.qa else None
+    return create_app(classifier=cls, qa=qa, settings=server_settings, sources=sources, load_kw=kw)
 
 
 # ---------------------------------------------------------------------------------------- worker processes
@@ -157,6 +170,7 @@ def worker_app():
 
     settings = ServeSettings.from_json(os.environ[WORKER_SETTINGS_ENV])
     configure_logging(settings.log_level)
+    ignore_hup_until_ready()
     try:
         return build_app(settings)
     except Exception as exc:  # noqa: BLE001 — reported to the parent, then the worker stops
@@ -277,6 +291,26 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _supervisor_class():
+    """uvicorn's supervisor with SIGHUP passed to one live worker, which reloads and tells the others through the
+    reload board (:mod:`serve.reload`), instead of uvicorn's restart of every worker (a restart would not check
+    the new bundle before it takes traffic)."""
+    import signal
+
+    from uvicorn.supervisors import multiprocess
+
+    class ReloadingSupervisor(multiprocess.Multiprocess):
+        def handle_hup(self) -> None:
+            for p in self.processes:
+                if p.process.is_alive() and p.pid:
+                    log.info("SIGHUP: reloading through worker %d", p.pid)
+                    os.kill(p.pid, signal.SIGHUP)
+                    return
+            log.error("SIGHUP: no live worker to reload")
+
+    return ReloadingSupervisor
+
+
 def _run_workers(app_ref: str, workers: int, uvicorn_kw: dict) -> None:
     """``uvicorn.run(app_ref, factory=True, workers=N)``, but with a socket per worker (SO_REUSEPORT) where the
     platform has it: uvicorn's supervisor (restarts, signals, health pings) with its worker class swapped for
@@ -285,10 +319,11 @@ def _run_workers(app_ref: str, workers: int, uvicorn_kw: dict) -> None:
     from uvicorn.supervisors import multiprocess
 
     host, port = uvicorn_kw["host"], uvicorn_kw["port"]
-    if not reuse_port_available(host, port):
-        uvicorn.run(app_ref, factory=True, workers=workers, **uvicorn_kw, **_supervisor_kw())
-        return
     config = uvicorn.Config(app_ref, factory=True, workers=workers, **uvicorn_kw, **_supervisor_kw())
+    supervisor = _supervisor_class()
+    if not reuse_port_available(host, port):
+        supervisor(config, sockets=[config.bind_socket()]).run()
+        return
     try:
         guard = bind_reuse_port(host, port)  # fails here, clearly, when the port is taken; never listens
     except OSError as exc:
@@ -297,7 +332,7 @@ def _run_workers(app_ref: str, workers: int, uvicorn_kw: dict) -> None:
     original = multiprocess.Process
     multiprocess.Process = __getattr__("ReusePortProcess")
     try:
-        multiprocess.Multiprocess(config, sockets=[]).run()
+        supervisor(config, sockets=[]).run()
     finally:
         multiprocess.Process = original
         guard.close()

@@ -6,6 +6,10 @@ from pathlib import Path
 
 from denki.models.task.base import Task
 
+#: how far a served model's null score difference may lie from the one the bundle recorded (PyTorch's) before a
+#: reload refuses it (serve.reload.check_parity); int8 variants move it by a few tenths on the sample
+SERVING_ATOL = 1.0
+
 
 class ReaderTask(Task):
     name = "qa"
@@ -36,6 +40,16 @@ class ReaderTask(Task):
 
     def request(self, example: list[str]):
         return tuple(example)
+
+    def serving_sample(self, sample, n):
+        """The first ``n`` questions with the answers the fine-tuned PyTorch model gave (``expected``)."""
+        rows = [e for e in sample["examples"] if "expected" in e][:n]
+        return [(e["question"], e["context"]) for e in rows], [e["expected"] for e in rows]
+
+    def serving_agrees(self, result, expected):
+        """The null score difference within :data:`SERVING_ATOL` of PyTorch's: it does not depend on the null
+        threshold (calibration may move that after the sample was written), and a wrong model is far off."""
+        return abs(float(result["null_score_diff"]) - float(expected["null_score_diff"])) <= SERVING_ATOL
 
     @staticmethod
     def answerable(task_json: dict) -> bool:

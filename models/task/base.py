@@ -71,6 +71,16 @@ class Task:
         """One example row as one input of :meth:`RuntimeHead.predict`."""
         return example[0]
 
+    def serving_sample(self, sample: dict, n: int) -> tuple[list, list | None]:
+        """``(inputs, expected)``: up to ``n`` inputs of a bundle's ``parity_sample.json`` that a reloaded model
+        runs before it takes traffic (:func:`serve.reload.check_parity`), and what the bundle recorded for each
+        (None: nothing recorded, the run itself is the check)."""
+        return [self.request(e) for e in self.examples(sample, n)], None
+
+    def serving_agrees(self, result: dict, expected) -> bool:
+        """Whether one runtime result agrees with what the bundle recorded for its input."""
+        return True
+
     # ------------------------------------------------------------------ torch side
     def torch_model(self, bundle_dir: Path, task_json: dict):
         """The bundle's PyTorch model (eval mode), as the export's parity gate compares it."""
