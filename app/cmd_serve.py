@@ -25,7 +25,9 @@ DESCRIPTION = (
     "is answered 503 + Retry-After (refused on arrival when the measured service rate already says so). Concurrent "
     "requests are merged into micro-batches where that pays (--batching auto). Binds 127.0.0.1 unless --host says "
     "otherwise; --api-key-file (or DENKI_API_KEY) requires a key on every path but /healthz and /readyz. "
-    "Ctrl-C / SIGTERM finishes in-flight requests before exiting. With --ray the same app runs as Ray "
+    "Ctrl-C / SIGTERM finishes in-flight requests before exiting. POST /admin/reload or SIGHUP loads the bundles "
+    "again from the paths given (a symlink you repoint), checks them and swaps them in every worker without "
+    "dropping a request; a bundle that fails its checks is refused and the old one keeps serving. With --ray the same app runs as Ray "
     "Serve replicas (local Ray instance, or --address of a cluster). docs/serving.md has the measurements behind "
     "the defaults.")
 
@@ -135,6 +137,9 @@ def _add_limit_options(lim, D) -> None:
                           "that keeps many idle connections open")
     lim.add_argument("--retry-after", type=int, default=D.retry_after,
                      help="Retry-After seconds on 503: how long clients are told to wait before retrying")
+    lim.add_argument("--shed-delay-ms", type=float, default=D.shed_delay_ms,
+                     help="hold an overload 503 this long (times a random 0.5–1) before sending it, so clients that "
+                          "resend at once on every 503 cannot starve the answers (a retry storm); 0: at once")
     lim.add_argument("--shutdown-timeout", type=float, default=D.shutdown_timeout,
                      help="seconds to finish in-flight requests at shutdown; raise it if a deploy cuts off long "
                           "requests")

@@ -19,7 +19,9 @@
  *
  * --out FILE: one binary record per request (little-endian, 32 bytes; see struct rec): due time and send time
  * (seconds since the start), latency from sending to the complete answer and backlog wait (ms), the HTTP status
- * (-1 connection error, -2 timeout, -3 never sent: still in the backlog when the run ended) and the class.
+ * (-1 connection error after the request was sent and before any answer byte, -2 timeout, -3 never sent: still
+ * in the backlog when the run ended, -4 the connection closed in the middle of an answer, -5 the connection was
+ * refused or failed while connecting: the request never reached the server) and the class.
  * stdout: one JSON line with the totals and the generator's own CPU time.
  *
  * Bounded in time: issuing stops at --duration; answers still outstanding get --timeout-ms more, then count
@@ -50,7 +52,7 @@ struct rec {            /* written as is to --out */
     double t_send;      /* s since start: when its first byte was written (-1: never sent) */
     float latency_ms;   /* send → complete answer */
     float wait_ms;      /* due → send (client backlog, connection set-up) */
-    int32_t status;     /* HTTP status, or -1 connection error, -2 timeout, -3 never sent */
+    int32_t status;     /* HTTP status, or -1 connection error, -2 timeout, -3 never sent, -4 answer cut, -5 no connection */
     int32_t cls;        /* request class from the requests file */
 };
 
@@ -84,7 +86,7 @@ static struct sockaddr_in addr;
 static int ep;
 static size_t next_req; /* the next request of the file to give a record */
 static long timeout_ms = 30000;
-static long count_status[1000], conn_errors, timeouts, not_sent, retries;
+static long count_status[1000], conn_errors, timeouts, not_sent, retries, cut_answers, connect_failures;
 
 static double now_s(void) {
     struct timespec t;
@@ -184,6 +186,8 @@ static void finish(struct conn *c, int status) {
     if (status >= 0 && status < 1000) count_status[status]++;
     else if (status == -1) conn_errors++;
     else if (status == -2) timeouts++;
+    else if (status == -4) cut_answers++;
+    else if (status == -5) connect_failures++;
     c->rec = -1;
 }
 
@@ -247,6 +251,7 @@ static void fail(struct conn *c) {
     long rec = c->rec;
     size_t req = c->req;
     int reused = c->served > 0, got_bytes = c->len > 0, retried = c->retried;
+    int connecting = c->state == C_CONNECTING;
     conn_close(c);
     if (rec < 0) return;
     if (reused && !got_bytes && !retried && conn_open(c) == 0) {
@@ -257,7 +262,7 @@ static void fail(struct conn *c) {
         return;
     }
     c->rec = rec;
-    finish(c, -1);
+    finish(c, got_bytes ? -4 : connecting ? -5 : -1);
 }
 
 static const char *find(const char *hay, size_t n, const char *needle) {
@@ -319,6 +324,7 @@ static void complete(struct conn *c) {
 }
 
 static void on_readable(struct conn *c) {
+    int eof = 0; /* the server closed (or reset) the connection: parse what arrived first, then decide */
     for (;;) {
         if (c->cap - c->len < 65536) {
             size_t cap = c->cap ? c->cap * 2 : 131072;
@@ -337,25 +343,19 @@ static void on_readable(struct conn *c) {
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
         if (n < 0 && errno == EINTR) continue;
-        /* EOF or error */
-        if (c->state == C_IDLE) { /* the server closed an idle keep-alive connection */
-            conn_close(c);
-            return;
-        }
-        if (c->header_done && c->until_close) {
-            complete(c);
-            return;
-        }
-        fail(c);
-        return;
+        eof = 1;
+        break;
     }
-    if (c->state != C_READING) { /* bytes on an idle connection: unexpected; drop the connection */
-        if (c->state == C_IDLE) conn_close(c);
+    if (c->state != C_READING) { /* the server closed an idle keep-alive connection, or sent bytes unasked */
+        if (c->state == C_IDLE && (eof || c->len)) conn_close(c);
         return;
     }
     if (!c->header_done) {
         const char *h = find(c->buf, c->len, "\r\n\r\n");
-        if (!h) return;
+        if (!h) {
+            if (eof) fail(c);
+            return;
+        }
         size_t header_len = (size_t)(h - c->buf) + 4;
         parse_headers(c, header_len);
         if (c->status < 0) {
@@ -365,8 +365,14 @@ static void on_readable(struct conn *c) {
         c->header_done = 1;
         c->body_start = header_len;
     }
-    if (c->content_length >= 0 && c->len >= c->body_start + (size_t)c->content_length) complete(c);
-    else if (c->chunked && chunked_complete(c)) complete(c);
+    int done = (c->content_length >= 0 && c->len >= c->body_start + (size_t)c->content_length) ||
+               (c->chunked && chunked_complete(c)) || (eof && c->until_close);
+    if (done) {
+        if (eof) c->close_after = 1; /* a complete answer followed by the close: the connection is gone */
+        complete(c);
+    } else if (eof) {
+        fail(c); /* closed in the middle of an answer: cut */
+    }
 }
 
 static void on_writable(struct conn *c) {
@@ -545,8 +551,10 @@ int main(int argc, char **argv) {
     getrusage(RUSAGE_SELF, &ru);
     printf("{\"records\": %zu, \"wall_s\": %.3f, \"duration_s\": %.3f, \"rate\": %.3f, \"connections\": %d, "
            "\"connections_opened\": %d, \"max_open\": %d, \"conn_errors\": %ld, \"timeouts\": %ld, "
-           "\"not_sent\": %ld, \"retries\": %ld, \"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f, \"status\": {",
+           "\"not_sent\": %ld, \"retries\": %ld, \"cut_answers\": %ld, \"connect_failures\": %ld, "
+           "\"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f, \"status\": {",
            nrecs, wall, duration, rate, nconns, opened_total, max_open, conn_errors, timeouts, not_sent, retries,
+           cut_answers, connect_failures,
            (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
            (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
     int first = 1;

@@ -92,7 +92,8 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
     served.known_paths.update(r.path for r in app.routes if hasattr(r, "path"))
     app.add_middleware(ObserveAndLimit, metrics=served.metrics, max_body_bytes=s.max_body_bytes,
                        known_paths=served.known_paths, admit=_admission(served.batchers),
-                       retry_after_s=s.retry_after_s, auth=served.api_keys)
+                       retry_after_s=s.retry_after_s, auth=served.api_keys,
+                       shed_delay_s=s.shed_delay_ms / 1e3)
     return app
 
 

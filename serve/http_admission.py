@@ -4,6 +4,7 @@ deadline), the request body limit (413), per-request metrics, and cancelling a r
 No web framework: plain ASGI."""
 import asyncio
 import json
+import random
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -57,9 +58,10 @@ class ObserveAndLimit:
 
     def __init__(self, app, metrics: Metrics, max_body_bytes: int, known_paths: set[str],
                  admit: Callable[[str, str], None] | None = None, retry_after_s: int = 1,
-                 auth: ApiKeys | None = None):
+                 auth: ApiKeys | None = None, shed_delay_s: float = 0.0):
         self.app, self.metrics, self.max_body, self.known = app, metrics, int(max_body_bytes), known_paths
         self.admit, self.retry_after, self.auth = admit, int(retry_after_s), auth
+        self.shed_delay_s = float(shed_delay_s)
 
     def _unauthorized(self, scope) -> bool:
         """Whether this request needs an API key it does not carry."""
@@ -95,6 +97,10 @@ class ObserveAndLimit:
             if refused is not None:
                 status, code, message, details = refused
                 self.metrics.observe_error(endpoint, code)
+                if code == "overloaded" and self.shed_delay_s > 0:
+                    # hold the refusal: a client that resends at once is slowed to one try per hold, and the
+                    # wait costs a timer, not CPU (the jitter keeps the resends from arriving in waves)
+                    await asyncio.sleep(self.shed_delay_s * random.uniform(0.5, 1.0))
                 await self._send_json(send_wrapper, status, _error_body(status, code, message, details),
                                       [(b"retry-after", str(self.retry_after).encode())])
                 return

@@ -10,6 +10,9 @@ from denki.serve.humanlog import check_human_log_path
 from denki.serve.microbatch import DEFAULT_MAX_QUEUE_MS, DEFAULT_WAIT_MS, batching_mode
 from denki.serve.runtime import MAX_CONTEXT_CHARS, MAX_TEXT_CHARS
 
+#: the default hold of an overload refusal (ms; ServerSettings.shed_delay_ms): the smallest of 0 / 100 / 250 / 500 ms
+#: that met both retry-storm goals (goodput 0.73× capacity, p99 279 ms; 0 ms: 0.27×; experiments/serve-faults)
+SHED_DELAY_MS = 100.0
 MAX_ASK_K = 20  # passages one /v1/ask question may ask the reader to read (each is up to a few reader windows)
 
 
@@ -27,6 +30,9 @@ class ServerSettings:
     max_context_chars: int = MAX_CONTEXT_CHARS
     max_body_bytes: int = 2 * 1024 * 1024  # request body limit (413 beyond)
     retry_after_s: int = 1  # Retry-After on 503
+    # an overload refusal (503) is held this long (× a random 0.5–1) before it is sent: a client that resends at
+    # once on every 503 is slowed to one try per hold per connection (experiments/serve-faults, the retry storm)
+    shed_delay_ms: float = SHED_DELAY_MS
     shutdown_timeout_s: float = 30.0  # finishing queued work at shutdown
     human_log: str | None = None  # JSONL file the human-routed texts are appended to (serve.humanlog; None: off)
     index: str | None = None  # passage index (denki index build) that POST /v1/ask asks with the QA model (None: off)
@@ -56,5 +62,8 @@ class ServerSettings:
                   "max_body_bytes"):
             if int(getattr(self, k)) < 1:
                 raise DenkiError(f"{k} must be ≥ 1")
+        if not 0 <= float(self.shed_delay_ms) <= 1000 * float(self.retry_after_s):
+            raise DenkiError(f"shed_delay_ms must be 0–{1000 * self.retry_after_s:g} (at most Retry-After), not "
+                             f"{self.shed_delay_ms}")
         if self.max_wait_ms is not None and self.max_wait_ms < 0:
             raise DenkiError("max_wait_ms must be ≥ 0")

@@ -42,6 +42,7 @@ class ServeSettings:
     max_body_bytes: int = _HTTP.max_body_bytes
     max_connections: int = 1000  # uvicorn's limit_concurrency per worker
     retry_after: int = _HTTP.retry_after_s
+    shed_delay_ms: float = _HTTP.shed_delay_ms
     shutdown_timeout: float = _HTTP.shutdown_timeout_s
     # scale-out on Ray Serve
     ray: bool = False
@@ -69,7 +70,7 @@ class ServeSettings:
                               max_queue=self.max_queue, max_queue_ms=self.max_queue_ms, max_texts=self.max_texts,
                               max_text_chars=self.max_text_chars, max_pairs=self.max_pairs,
                               max_context_chars=self.max_context_chars, max_body_bytes=self.max_body_bytes,
-                              retry_after_s=self.retry_after, shutdown_timeout_s=self.shutdown_timeout,
+                              retry_after_s=self.retry_after, shed_delay_ms=self.shed_delay_ms, shutdown_timeout_s=self.shutdown_timeout,
                               human_log=self.human_log, index=self.index, ask_k=self.ask_k,
                               api_key_file=self.api_key_file, api_key_env=env_key() is not None)
 

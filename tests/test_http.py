@@ -379,6 +379,39 @@ def test_deadline_sheds_a_request_that_cannot_start_in_time(cls_pred):
     assert app.state.metrics.queue_wait["classifier"].count == 1  # admitted requests' waits are recorded
 
 
+@pytest.mark.parametrize("exc,held", [("overloaded", True), ("shutting_down", False)])
+def test_an_overload_refusal_is_held_a_shutdown_refusal_is_not(exc, held):
+    """The outer layer holds an overload 503 for shed_delay (× 0.5–1: a retry storm gets one try per hold per
+    connection); a 503 because the server is stopping goes out at once."""
+    from denki.serve.http_admission import ObserveAndLimit
+    from denki.serve.microbatch import ShuttingDown
+
+    async def never(scope, receive, send):  # the app behind: admission refuses before it is reached
+        raise AssertionError("admitted")
+
+    def admit(path, method):
+        raise QueueFull("busy") if exc == "overloaded" else ShuttingDown("stopping")
+
+    layer = ObserveAndLimit(never, Metrics(), 1024, {"/v1/classify"}, admit=admit, shed_delay_s=0.4)
+
+    async def one():
+        transport = httpx.ASGITransport(app=layer)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+            t0 = time.monotonic()
+            r = await c.post("/v1/classify", json={"texts": ["a"]})
+            return r, time.monotonic() - t0
+
+    r, took = asyncio.run(one())
+    assert r.status_code == 503 and r.json()["error"]["code"] == exc and r.headers["retry-after"] == "1"
+    assert (took >= 0.19) if held else (took < 0.19), took
+
+
+def test_shed_delay_is_checked():
+    with pytest.raises(DenkiError, match="shed_delay_ms must be 0–1000"):
+        ServerSettings(shed_delay_ms=1500)
+    assert ServerSettings().shed_delay_ms == 100  # experiments/serve-faults, rule 2
+
+
 def test_refused_on_arrival_from_the_measured_rate():
     """Once model calls were measured, a request that would wait past the deadline is refused at once."""
     gate = threading.Event()

@@ -43,6 +43,8 @@ def short_tmp(tmp_path_factory):
 
 
 def test_serve_on_ray_answers_over_loopback_and_stops_on_sigterm(onnx_classifier, short_tmp, tmp_path):
+    """With DENKI_API_KEY set: every replica refuses a request without the key (401), /readyz stays open, and
+    /admin/reload answers 501 (on Ray a new model is a redeploy)."""
     from denki.serve.runtime import Predictor
 
     port = free_port()
@@ -50,9 +52,11 @@ def test_serve_on_ray_answers_over_loopback_and_stops_on_sigterm(onnx_classifier
     cmd = [sys.executable, "-m", "denki.app.cli", "serve", "--ray", "--classifier", str(onnx_classifier),
            "--port", str(port), "--num-replicas", "2", "--replica-cpus", "0.5", "--ray-temp-dir", short_tmp,
            "--max-wait-ms", "5"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **RAY_ENV},
-                            start_new_session=True)
+    key = "ray-test-key-0123456789"
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, **RAY_ENV, "DENKI_API_KEY": key}, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": f"Bearer {key}"}
     try:
         log_tail = lambda: (tmp_path / "serve.log").read_text(errors="replace")[-3000:]  # noqa: E731
         try:
@@ -66,20 +70,26 @@ def test_serve_on_ray_answers_over_loopback_and_stops_on_sigterm(onnx_classifier
         local, got = [], []
         for i in range(0, len(texts), 4):
             local += pred.classify(texts[i:i + 4])
-            r = httpx.post(base + "/v1/classify", json={"texts": texts[i:i + 4]}, timeout=30)
+            assert httpx.post(base + "/v1/classify", json={"texts": texts[i:i + 4]}, timeout=30).status_code == 401
+            r = httpx.post(base + "/v1/classify", json={"texts": texts[i:i + 4]}, headers=auth, timeout=30)
             assert r.status_code == 200, r.text
             got += r.json()["results"]
         assert [g["label"] for g in got] == [x["label"] for x in local]
         assert [g["route"] for g in got] == [x["route"] for x in local]
         assert max(abs(g["score"] - x["score"]) for g, x in zip(got, local)) < 1e-4
         # the same limits and JSON errors as the single-machine server
-        r = httpx.post(base + "/v1/classify", json={"texts": []}, timeout=30)
+        r = httpx.post(base + "/v1/classify", json={"texts": []}, headers=auth, timeout=30)
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
         r = httpx.post(base + "/v1/classify", content=b"x" * (3 * 1024 * 1024),
-                       headers={"content-type": "application/json"}, timeout=30)
+                       headers={"content-type": "application/json", **auth}, timeout=30)
         assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
-        assert "denki_http_requests_total" in httpx.get(base + "/metrics", timeout=30).text
-        assert "/v1/classify" in httpx.get(base + "/openapi.json", timeout=30).json()["paths"]
+        assert httpx.get(base + "/metrics", timeout=30).status_code == 401
+        assert "denki_http_requests_total" in httpx.get(base + "/metrics", headers=auth, timeout=30).text
+        assert httpx.get(base + "/openapi.json", timeout=30).status_code == 401
+        assert "/v1/classify" in httpx.get(base + "/openapi.json", headers=auth, timeout=30).json()["paths"]
+        assert httpx.post(base + "/admin/reload", timeout=30).status_code == 401
+        r = httpx.post(base + "/admin/reload", headers=auth, timeout=30)
+        assert r.status_code == 501 and r.json()["error"]["code"] == "reload_unavailable", r.text
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0
         text = (tmp_path / "serve.log").read_text(errors="replace")
