@@ -294,12 +294,70 @@ def cmd_kill_worker(a) -> None:
                   f"{s['outcomes'].get('timeout', 0)} | {s['outcomes']} |"])
 
 
+def _replica_pids() -> set[int]:
+    r = subprocess.run(["pgrep", "-f", "ServeReplica"], capture_output=True, text=True)
+    return {int(x) for x in r.stdout.split()}
+
+
+def cmd_ray_kill(a) -> None:
+    """`denki serve --ray` with 2 replicas; open loop at --rate requests/s; SIGKILL one replica process --at seconds
+    in. What Ray Serve's proxy answers for the requests that replica held, and when a new replica serves."""
+    import tempfile
+
+    port = sl.free_port()
+    temp = tempfile.mkdtemp(prefix="dk-ray-", dir="/tmp")
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", ORT_DISABLE_TELEMETRY="1", HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "denki.app.cli", "serve", "--ray", "--classifier", a.classifier, "--port", str(port),
+           "--num-replicas", "2", "--replica-cpus", "1", "--ray-temp-dir", temp, "--log-level", "warning",
+           *(a.server_arg or [])]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        t_end = time.monotonic() + 300
+        while time.monotonic() < t_end:
+            try:
+                if sl._get(port, "/readyz", 2)[0] == 200 and len(_replica_pids()) >= 2:
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+        before = _replica_pids()
+        Load(a, port, Path(a.workdir), rate=0, connections=16, duration=a.warmup, label="warmup").wait()
+        load = Load(a, port, Path(a.workdir), rate=a.rate, connections=768, duration=a.duration, label=a.label)
+        time.sleep(max(0.0, load.t0 + a.at - time.monotonic()))
+        t_kill = time.monotonic() - load.t0
+        victim = sorted(before)[0]
+        os.kill(victim, signal.SIGKILL)
+        replaced_after = None
+        while time.monotonic() - load.t0 < a.duration and replaced_after is None:
+            if _replica_pids() - before:
+                replaced_after = round(time.monotonic() - load.t0 - t_kill, 2)
+            time.sleep(0.2)
+        stats, recs = load.wait()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
+    s = summary(recs, a.duration)
+    st, ts = recs["status"], recs["t_send"]
+    after = recs[(ts >= t_kill) & (ts < t_kill + 5)]
+    r = {"summary": s, "loadgen": stats, "rate": a.rate, "killed_pid": victim, "kill_at_s": round(t_kill, 3),
+         "replica_process_started_after_s": replaced_after, "outcomes_5s_after_kill": outcomes(after)}
+    _write(a, r, ["| load | replica killed at | new replica process after | sent | lost | 5xx ≠ 503 | outcomes | "
+                  "outcomes of the 5 s after the kill |", "|---|---|---|---|---|---|---|---|",
+                  f"| {a.rate:g} req/s, 2 replicas | {t_kill:.1f} s | {replaced_after} s | {s['sent']} | {s['lost']} | "
+                  f"{s['5xx_not_503']} | {s['outcomes']} | {r['outcomes_5s_after_kill']} |"])
+
+
 # ----------------------------------------------------------------------------------------------------- main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, fn in (("capacity", cmd_capacity), ("storm", cmd_storm), ("reload", cmd_reload),
-                     ("sigterm", cmd_sigterm), ("kill-worker", cmd_kill_worker)):
+                     ("sigterm", cmd_sigterm), ("kill-worker", cmd_kill_worker), ("ray-kill", cmd_ray_kill)):
         p = sub.add_parser(name, help=(fn.__doc__ or name).split("\n")[0])
         p.set_defaults(func=fn)
         p.add_argument("--classifier", required=True, help="ONNX router bundle")
@@ -312,6 +370,7 @@ def main() -> None:
         p.add_argument("--connections", type=int, default=None, help="closed loop (capacity 16, storm 256)")
         p.add_argument("--rate-from", default=None, help="capacity.json: the open-loop rate is its goodput × factor")
         p.add_argument("--rate-factor", type=float, default=2.0)
+        p.add_argument("--rate", type=float, default=200.0, help="ray-kill: open-loop requests/s")
         p.add_argument("--timeout-ms", type=int, default=30_000)
         p.add_argument("--shed-delay-ms", type=float, default=0.0, help="storm: denki serve --shed-delay-ms")
         p.add_argument("--every", type=float, default=5.0, help="reload: seconds between reloads")
