@@ -123,6 +123,12 @@ def _write(a, result: dict, md_rows: list[str]) -> None:
     print(md)
 
 
+def _table(cells: dict) -> list[str]:
+    """A one-row markdown table: header → value."""
+    return ["| " + " | ".join(cells) + " |", "|" + "---|" * len(cells),
+            "| " + " | ".join(str(v) for v in cells.values()) + " |"]
+
+
 def _rate(a) -> float:
     cap = json.loads(Path(a.rate_from).read_text(encoding="utf-8"))["summary"]["goodput_rps"]
     return round(cap * a.rate_factor, 1)
@@ -155,11 +161,11 @@ def cmd_storm(a) -> None:
     s = r["summary"]
     r["capacity_rps"] = cap
     r["goodput_vs_capacity"] = round(s["goodput_rps"] / cap, 3) if cap else None
-    _write(a, r, ["| shed delay ms | connections | goodput 200/s | × capacity | 503/s | p99 all answers ms | "
-                  "admitted p99 ms | refusal p50 ms | outcomes |", "|---|---|---|---|---|---|---|---|---|",
-                  f"| {a.shed_delay_ms:g} | {a.connections or 256} | {s['goodput_rps']} | {r['goodput_vs_capacity']} | "
-                  f"{round(s['outcomes'].get('503', 0) / a.duration, 1)} | {s['all_answers_ms']['p99']} | "
-                  f"{s['admitted_ms']['p99']} | {s['refusal_ms']['p50']} | {s['outcomes']} |"])
+    _write(a, r, _table({"shed delay ms": f"{a.shed_delay_ms:g}", "connections": a.connections or 256,
+                         "goodput 200/s": s["goodput_rps"], "× capacity": r["goodput_vs_capacity"],
+                         "503/s": round(s["outcomes"].get("503", 0) / a.duration, 1),
+                         "p99 all answers ms": s["all_answers_ms"]["p99"], "admitted p99 ms": s["admitted_ms"]["p99"],
+                         "refusal p50 ms": s["refusal_ms"]["p50"], "outcomes": s["outcomes"]}))
 
 
 def cmd_reload(a) -> None:
@@ -207,11 +213,12 @@ def cmd_reload(a) -> None:
     ok = [r for r in reloads if r["status"] == 200]
     r = {"summary": s, "loadgen": stats, "rate": rate, "reloads": reloads, "server_rc": rc,
          "versions": {"a": bundle_version(va), "b": bundle_version(vb)}}
-    _write(a, r, ["| load | reloads (200 / all) | reload s p50 / max | sent | lost | 5xx ≠ 503 | admitted p99 ms | "
-                  "outcomes |", "|---|---|---|---|---|---|---|---|",
-                  f"| {rate:g} req/s open loop, {a.duration:g} s | {len(ok)} / {len(reloads)} | "
-                  f"{_med([x['seconds'] for x in ok])} / {max([x['seconds'] for x in ok], default=None)} | "
-                  f"{s['sent']} | {s['lost']} | {s['5xx_not_503']} | {s['admitted_ms']['p99']} | {s['outcomes']} |"])
+    _write(a, r, _table({"load": f"{rate:g} req/s open loop, {a.duration:g} s",
+                         "reloads (200 / all)": f"{len(ok)} / {len(reloads)}",
+                         "reload s p50 / max": f"{_med([x['seconds'] for x in ok])} / "
+                                               f"{max([x['seconds'] for x in ok], default=None)}",
+                         "sent": s["sent"], "lost": s["lost"], "5xx ≠ 503": s["5xx_not_503"],
+                         "admitted p99 ms": s["admitted_ms"]["p99"], "outcomes": s["outcomes"]}))
 
 
 def _med(xs):
@@ -240,11 +247,12 @@ def cmd_sigterm(a) -> None:
     before = recs[recs["t_send"] < a.at]
     r = {"summary": s, "loadgen": stats, "rate": rate, "sigterm_at_s": a.at, "exit_s": exit_s, "server_rc": rc,
          "outcomes_sent_before_sigterm": outcomes(before)}
-    _write(a, r, ["| load | SIGTERM at | exited after | shutdown timeout | sent | cut | reset | timeout | "
-                  "no connection (never reached it) | outcomes |", "|---|---|---|---|---|---|---|---|---|---|",
-                  f"| {rate:g} req/s | {a.at:g} s | {exit_s} s (rc {rc}) | {a.shutdown_timeout:g} s | {s['sent']} | "
-                  f"{s['outcomes'].get('cut', 0)} | {s['outcomes'].get('reset', 0)} | {s['outcomes'].get('timeout', 0)} | "
-                  f"{s['outcomes'].get('no_connection', 0)} | {s['outcomes']} |"])
+    o = s["outcomes"]
+    _write(a, r, _table({"load": f"{rate:g} req/s", "SIGTERM at": f"{a.at:g} s",
+                         "exited after": f"{exit_s} s (rc {rc})",
+                         "shutdown timeout": f"{a.shutdown_timeout:g} s", "sent": s["sent"], "cut": o.get("cut", 0),
+                         "reset": o.get("reset", 0), "timeout": o.get("timeout", 0),
+                         "no connection (never reached it)": o.get("no_connection", 0), "outcomes": o}))
 
 
 def cmd_kill_worker(a) -> None:
@@ -286,12 +294,12 @@ def cmd_kill_worker(a) -> None:
          "in_flight_at_kill": int(in_flight.sum()), "resets": int(failed.sum()),
          "resets_of_requests_in_flight_at_kill": int((failed & in_flight).sum()),
          "resets_later": int((failed & ~in_flight).sum())}
-    _write(a, r, ["| load | worker killed at | new worker ready after | in flight at the kill (both workers) | "
-                  "resets / cut | of them in flight at the kill | later | hanging (timeouts) | outcomes |",
-                  "|---|---|---|---|---|---|---|---|---|",
-                  f"| {rate:g} req/s | {t_kill:.1f} s | {replaced_after} s | {r['in_flight_at_kill']} | "
-                  f"{r['resets']} | {r['resets_of_requests_in_flight_at_kill']} | {r['resets_later']} | "
-                  f"{s['outcomes'].get('timeout', 0)} | {s['outcomes']} |"])
+    _write(a, r, _table({"load": f"{rate:g} req/s", "worker killed at": f"{t_kill:.1f} s",
+                         "new worker ready after": f"{replaced_after} s",
+                         "in flight at the kill (both workers)": r["in_flight_at_kill"], "resets / cut": r["resets"],
+                         "of them in flight at the kill": r["resets_of_requests_in_flight_at_kill"],
+                         "later": r["resets_later"], "hanging (timeouts)": s["outcomes"].get("timeout", 0),
+                         "outcomes": s["outcomes"]}))
 
 
 def _replica_pids() -> set[int]:
@@ -346,10 +354,10 @@ def cmd_ray_kill(a) -> None:
     after = recs[(ts >= t_kill) & (ts < t_kill + 5)]
     r = {"summary": s, "loadgen": stats, "rate": a.rate, "killed_pid": victim, "kill_at_s": round(t_kill, 3),
          "replica_process_started_after_s": replaced_after, "outcomes_5s_after_kill": outcomes(after)}
-    _write(a, r, ["| load | replica killed at | new replica process after | sent | lost | 5xx ≠ 503 | outcomes | "
-                  "outcomes of the 5 s after the kill |", "|---|---|---|---|---|---|---|---|",
-                  f"| {a.rate:g} req/s, 2 replicas | {t_kill:.1f} s | {replaced_after} s | {s['sent']} | {s['lost']} | "
-                  f"{s['5xx_not_503']} | {s['outcomes']} | {r['outcomes_5s_after_kill']} |"])
+    _write(a, r, _table({"load": f"{a.rate:g} req/s, 2 replicas", "replica killed at": f"{t_kill:.1f} s",
+                         "new replica process after": f"{replaced_after} s", "sent": s["sent"], "lost": s["lost"],
+                         "5xx ≠ 503": s["5xx_not_503"], "outcomes": s["outcomes"],
+                         "outcomes of the 5 s after the kill": r["outcomes_5s_after_kill"]}))
 
 
 # ----------------------------------------------------------------------------------------------------- main
