@@ -17,15 +17,21 @@ from denki.serve.evaluate_ask import evaluate_ask, mixed_f1
 
 
 def fit_threshold(in_rows: list, out_diffs: list, share: float = UNANSWERABLE_SHARE) -> tuple[float, float]:
-    """The threshold with the highest mixed F1 over the candidates' diffs → (threshold, mixed F1). Ties go to the
-    lowest threshold (fewer answers: a wrong answer costs a user more than a 回答なし). ``-inf`` answers nothing."""
-    diffs = sorted({d for d, _ in in_rows if d is not None} | {d for d in out_diffs if d is not None})
-    best_t, best = float("-inf"), mixed_f1(in_rows, out_diffs, float("-inf"), share)
-    for t in diffs:
-        m = mixed_f1(in_rows, out_diffs, t, share)
-        if m > best + 1e-12:
-            best_t, best = t, m
-    return float(best_t), float(best)
+    """The threshold with the highest mixed F1 (:func:`~serve.evaluate_ask.mixed_f1`) over the candidates' diffs →
+    (threshold, mixed F1). Ties go to the lowest threshold (fewer answers: a wrong answer costs a user more than a
+    回答なし). ``-inf`` answers nothing. One sort and cumulative sums: linear after sorting, so thousands of
+    questions take milliseconds."""
+    d_in = np.array([d for d, _ in in_rows if d is not None], dtype=float)
+    f_in = np.array([f for d, f in in_rows if d is not None], dtype=float)
+    d_out = np.sort(np.array([d for d in out_diffs if d is not None], dtype=float))
+    order = np.argsort(d_in, kind="stable")
+    d_in, cum_f = d_in[order], np.concatenate([[0.0], np.cumsum(f_in[order])])
+    candidates = np.concatenate([[-np.inf], np.unique(np.concatenate([d_in, d_out]))])
+    has = cum_f[np.searchsorted(d_in, candidates, side="right")] / len(in_rows)  # answered when d ≤ t
+    no = 1.0 - np.searchsorted(d_out, candidates, side="right") / len(out_diffs)
+    mixed = 100.0 * ((1.0 - share) * has + share * no)
+    best = int(np.argmax(mixed >= mixed.max() - 1e-12))  # the first (lowest) threshold within a hair of the best
+    return float(candidates[best]), float(mixed[best])
 
 
 def calibrate_ask(*, index: str, qa: str, data: str, out: str, k: int = 5, exclude_articles: int = 10,

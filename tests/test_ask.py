@@ -155,6 +155,26 @@ def test_fit_threshold_maximises_the_mixed_f1():
     assert mixed_f1([], out, 0.0) is None
 
 
+def test_fit_threshold_agrees_with_scoring_every_candidate():
+    """The sorted, cumulative fit gives what scoring every candidate threshold with mixed_f1 gives (random cases,
+    ties and questions without a candidate included)."""
+    import random
+
+    from denki.serve.calibrate_ask import fit_threshold
+    from denki.serve.evaluate_ask import mixed_f1
+
+    rng = random.Random(0)
+    for _ in range(100):
+        in_rows = [(None if rng.random() < 0.1 else round(rng.gauss(0, 2), 1), rng.choice([0.0, 0.5, 1.0]))
+                   for _ in range(rng.randint(1, 25))]
+        out = [None if rng.random() < 0.1 else round(rng.gauss(1, 2), 1) for _ in range(rng.randint(1, 25))]
+        grid = [float("-inf")] + sorted({d for d, _ in in_rows if d is not None} | {d for d in out if d is not None})
+        scores = [mixed_f1(in_rows, out, g, 0.33) for g in grid]
+        best = max(scores)
+        t, m = fit_threshold(in_rows, out, 0.33)
+        assert m == pytest.approx(best) and t == grid[next(i for i, v in enumerate(scores) if v >= best - 1e-9)]
+
+
 def test_calibrate_ask_writes_a_bundle_the_asker_uses(onnx_qa, tmp_path, capsys):
     from denki import Asker
     from denki.models.bundle.format import verify_bundle
