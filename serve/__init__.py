@@ -4,7 +4,8 @@ this CPU with :mod:`.fastpath`, the provider) plus the bundle's task head from t
 files :mod:`.batch_files`, the stage pipeline :mod:`.pipeline`), ONNX evaluation (:mod:`.evaluate`), the HTTP API
 (:mod:`.http` builds the app from :mod:`.http_settings`, :mod:`.http_schemas`, :mod:`.http_routes`,
 :mod:`.http_admission`, :mod:`.http_metrics`; micro-batching :mod:`.microbatch`; the human log :mod:`.humanlog`),
-``denki serve``'s settings and worker supervision (:mod:`.serve_settings`, :mod:`.workers`), Ray Serve / Ray Data
+``denki serve``'s settings and worker supervision (:mod:`.serve_settings`, :mod:`.workers`), model reloads without
+a dropped request (:mod:`.reload`: ``POST /admin/reload``, SIGHUP), Ray Serve / Ray Data
 scale-out (:mod:`.ray_setup`, :mod:`.ray_serve`, :mod:`.ray_batch`) and the latency benchmark
 (:mod:`.bench_latency`).
 
