@@ -165,6 +165,8 @@ def _swap(served: Served, name: str, new: Loaded) -> None:
     served.metrics.move_model_version(name, old.version, new.version)
     if served.asker is not None and served.asker.reader is old.predictor:  # the reader /v1/ask reads with
         served.asker.reader = new.predictor
+    if served.human_log is not None and served.predictors.get("classifier") is new.predictor:
+        served.human_log.model = _model_name(new.predictor)  # the log's records name the router that routed
 
 
 def _admission(batchers: dict[str, MicroBatcher]):
@@ -256,9 +258,12 @@ def _fastapi_app(served: Served):
 
 
 def _model_name(predictor) -> str:
-    """The name a human-log record gives the served model: its bundle directory's name."""
+    """The name a human-log record gives the served model: its bundle directory's name (a symlink's target: the
+    folder of the version that routed, before and after a reload)."""
+    from pathlib import Path
+
     d = getattr(predictor, "dir", None)
-    return os.path.basename(os.path.normpath(str(d))) if d else "classifier"
+    return Path(str(d)).resolve().name if d else "classifier"
 
 
 def _version() -> str:

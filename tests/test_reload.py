@@ -53,11 +53,13 @@ def _app(link, **kw):
                       load_kw={"backend": "fp32", "threads": 1})
 
 
-def test_reload_follows_the_symlink_and_every_answer_names_its_version(versions_ab):
+def test_reload_follows_the_symlink_and_every_answer_names_its_version(versions_ab, tmp_path):
     a, b, link = versions_ab
     va, vb = model_version(Predictor(a, threads=1)), model_version(Predictor(b, threads=1))
     assert va != vb
-    with TestClient(_app(link)) as c:
+    app = _app(link, human_log=str(tmp_path / "human.jsonl"))
+    assert app.state.human_log.model == "router-a"  # the version's folder, not the link's name
+    with TestClient(app) as c:
         assert c.post("/v1/classify", json=BODY).json()["model_version"] == va
         r = c.post("/admin/reload")  # same target: reloads and stays on A
         assert r.status_code == 200 and r.json()["model_versions"] == {"classifier": va}, r.text
@@ -72,6 +74,7 @@ def test_reload_follows_the_symlink_and_every_answer_names_its_version(versions_
         metrics = c.get("/metrics").text
         assert f'denki_model_info{{model="classifier",version="{vb}"}} 1.0' in metrics
         assert f'denki_model_info{{model="classifier",version="{va}"}} 0.0' in metrics
+        assert app.state.human_log.model == "router-b"  # the human log names the router that routes now
 
 
 @pytest.mark.parametrize("damage", ["tampered", "wrong_task", "missing", "garbage_weights"])
