@@ -155,6 +155,10 @@ def _add_ray_options(r, D) -> None:
                    help="CPUs reserved per replica (fractions allowed; also its onnxruntime threads, ≥1)")
     r.add_argument("--replica-gpus", type=float, default=D.replica_gpus,
                    help="GPUs per replica (e.g. 0.5 packs two replicas on one GPU; implies --device cuda)")
+    r.add_argument("--ray-retry", action=argparse.BooleanOptionalAction, default=D.ray_retry,
+                   help="a front deployment resends the requests a dying replica held to another one, so they are "
+                        "answered instead of Ray's proxy answering them 500 (a replica killed under load: 17 × 500 "
+                        "without, 0 with); it costs an extra hop per request (experiments/serve-faults)")
     r.add_argument("--address", default=D.address,
                    help="join an existing Ray cluster (auto, HOST:6379 or ray://HOST:10001) instead of starting a "
                         "private local instance; bundle paths must be readable on every node")

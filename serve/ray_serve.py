@@ -3,7 +3,10 @@
 Each replica is a Ray actor that builds the app of :func:`serve.http.create_app` over its own ONNX
 :class:`~serve.runtime.Predictor` (``@serve.ingress`` with a builder function, so the predictors are created on the
 replica, never pickled). Endpoints, limits, error bodies and the per-replica micro-batching are therefore exactly
-those of the single-machine server; Ray Serve's proxy spreads requests over the replicas.
+those of the single-machine server. With ``retry`` (``--ray-retry``, the default) the application's HTTP ingress
+is a front deployment (:mod:`serve.ray_front`) that relays each request to a replica through a deployment handle
+and resends it to another when that replica dies first; without it Ray Serve's proxy sends requests to the
+replicas directly (and answers 500 for those a dying replica held).
 
 API keys work as on one machine: the settings carry the key file's absolute path (each replica reads and
 re-reads that file itself: it must be readable on every node) and whether ``DENKI_API_KEY`` was set; a replica
@@ -27,8 +30,10 @@ APP_NAME = "denki"
 
 def build_application(classifier: str | None, qa: str | None, settings, *, backend: str = "auto",
                       device: str = "auto", threads: int | None = None, num_replicas: int = 1,
-                      replica_cpus: float = 1.0, replica_gpus: float = 0.0):
-    """A Ray Serve application (``Deployment.bind()``) of the denki HTTP app over the given bundles."""
+                      replica_cpus: float = 1.0, replica_gpus: float = 0.0, retry: bool = True):
+    """A Ray Serve application (``Deployment.bind()``) of the denki HTTP app over the given bundles; with ``retry``
+    its HTTP ingress is the front of :mod:`serve.ray_front` (as many front replicas as model replicas), else the
+    model replicas themselves."""
     from ray import serve
 
     from denki.serve.ray_setup import checked_bundle
@@ -54,17 +59,78 @@ def build_application(classifier: str | None, qa: str | None, settings, *, backe
                           reloadable=False)  # a reload would reach one replica: Ray rolls them on redeploy
 
     class DenkiReplica:
-        """One replica of the denki HTTP API (its state is the app that ``build_asgi_app`` returns)."""
+        """One replica of the denki HTTP API (its state is the app that ``build_asgi_app`` returns; Ray runs the
+        app's lifespan). The front hands it requests through :meth:`relay`."""
 
-    ingress = serve.ingress(build_asgi_app)(DenkiReplica)
-    deployment = serve.deployment(
-        ingress, name="DenkiAPI", num_replicas=int(num_replicas),
+        async def relay(self, method, path, query, headers, body, client):
+            from denki.serve.ray_front import asgi_request
+
+            return await asgi_request(self.app, method, path, query, headers, body, client)
+
+    model = serve.deployment(
+        serve.ingress(build_asgi_app)(DenkiReplica), name="DenkiAPI", num_replicas=int(num_replicas),
         ray_actor_options={"num_cpus": float(replica_cpus), "num_gpus": float(replica_gpus)},
         # the app micro-batches concurrent requests itself: let enough of them reach a replica at once
         max_ongoing_requests=max(8, int(settings.max_queue)),
         graceful_shutdown_timeout_s=float(settings.shutdown_timeout_s),
         health_check_period_s=10.0)
-    return deployment.bind()
+    if not retry:
+        return model.bind()
+    front = serve.deployment(_front_class(settings), name="DenkiFront", num_replicas=int(num_replicas),
+                             ray_actor_options={"num_cpus": 0},  # it waits on the replicas; no CPU of its own
+                             max_ongoing_requests=max(8, int(settings.max_queue)),
+                             graceful_shutdown_timeout_s=float(settings.shutdown_timeout_s))
+    return front.bind(model.bind())
+
+
+def _front_class(settings):
+    """The application's HTTP ingress (:mod:`serve.ray_front`): a request whose replica dies is resent to another
+    one instead of Ray's proxy answering it 500; the body limit is checked here, before anything is relayed."""
+    max_body, retry_after = int(settings.max_body_bytes), int(settings.retry_after_s)
+
+    class DenkiFront:
+        def __init__(self, model):
+            self.model = model  # a DeploymentHandle of DenkiAPI
+
+        async def __call__(self, request):
+            from starlette.responses import Response
+
+            from denki.serve.ray_front import error_answer, relay_with_retry
+
+            body = await _read_capped(request, max_body)
+            if body is None:
+                status, headers, content = error_answer(413, "body_too_large",
+                                                        f"request body exceeds {max_body:,} bytes")
+            else:
+                args = (request.method, request.url.path, request.url.query.encode(), list(request.headers.raw),
+                        body, (request.client.host, request.client.port) if request.client else None)
+                status, headers, content = await relay_with_retry(lambda: self.model.relay.remote(*args),
+                                                                  retry_after_s=retry_after, on_retry=_log_retry)
+            response = Response(content, status_code=status)
+            response.raw_headers = list(headers)  # the replica's own (content-length, retry-after, …)
+            return response
+
+    return DenkiFront
+
+
+def _log_retry(exc: BaseException) -> None:
+    import logging
+
+    logging.getLogger("denki.ray").warning("replica gone (%s); resending the request", type(exc).__name__)
+
+
+async def _read_capped(request, limit: int) -> bytes | None:
+    """The request body, or None once it passes ``limit`` bytes (a larger Content-Length is refused unread)."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        return None
+    chunks, n = [], 0
+    async for chunk in request.stream():
+        n += len(chunk)
+        if n > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def run_ray_serve(app, *, host: str = "127.0.0.1", port: int = 8080, address: str | None = None,

@@ -49,6 +49,7 @@ class ServeSettings:
     num_replicas: int = 1
     replica_cpus: float = 1.0
     replica_gpus: float = 0.0
+    ray_retry: bool = True  # a front resends the requests of a replica that died (serve.ray_front)
     address: str | None = None
     ray_temp_dir: str | None = None
     detach: bool = False

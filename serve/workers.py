@@ -130,7 +130,8 @@ def _run_on_ray(settings: ServeSettings) -> int:
     import_ray()  # a clear error when the extra is missing, before anything is loaded
     app = build_application(settings.classifier, settings.qa, settings.server_settings(), backend=settings.backend,
                             device=settings.device, threads=settings.threads, num_replicas=settings.num_replicas,
-                            replica_cpus=settings.replica_cpus, replica_gpus=settings.replica_gpus)
+                            replica_cpus=settings.replica_cpus, replica_gpus=settings.replica_gpus,
+                            retry=settings.ray_retry)
     return run_ray_serve(app, host=settings.host, port=settings.port, address=settings.address,
                          temp_dir=settings.ray_temp_dir, detach=settings.detach)
 
