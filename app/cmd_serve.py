@@ -27,7 +27,8 @@ DESCRIPTION = (
     "otherwise; --api-key-file (or DENKI_API_KEY) requires a key on every path but /healthz and /readyz. "
     "Ctrl-C / SIGTERM finishes in-flight requests before exiting. POST /admin/reload or SIGHUP loads the bundles "
     "again from the paths given (a symlink you repoint), checks them and swaps them in every worker without "
-    "dropping a request; a bundle that fails its checks is refused and the old one keeps serving. With --ray the same app runs as Ray "
+    "dropping a request; a bundle that fails its checks is refused and the old one keeps serving (with --ray, SIGHUP "
+    "only). With --ray the same app runs as Ray "
     "Serve replicas (local Ray instance, or --address of a cluster). docs/serving.md has the measurements behind "
     "the defaults.")
 

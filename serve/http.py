@@ -63,12 +63,14 @@ log = logging.getLogger("denki.http")
 
 
 def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = None, metrics: Metrics | None = None,
-               sources: dict[str, str] | None = None, load_kw: dict | None = None, reloadable: bool = True):
+               sources: dict[str, str] | None = None, load_kw: dict | None = None, reloadable: bool = True,
+               reload_route: bool = True):
     """Build the FastAPI app over loaded predictors (``serve.runtime.Predictor``; at least one).
 
     Reloads (``POST /admin/reload``, SIGHUP; :mod:`serve.reload`) load each model again from ``sources`` (model →
     the path given at start; default: the loaded bundle's folder) with the predictor settings ``load_kw``
-    (backend, device, threads); with ``reloadable`` False (Ray replicas) the route answers 501.
+    (backend, device, threads); with ``reloadable`` False there is no reloader; with ``reload_route`` False (Ray
+    replicas: a request reaches one replica, so Ray reloads them all through ``reconfigure``) the route answers 501.
 
     Each model gets a :class:`MicroBatcher` (admission control with ``settings.max_queue_ms``; micro-batching as
     :func:`resolve_batching` decides from the predictor's device and threads; ``app.state.batching`` says what and
@@ -80,6 +82,7 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
     served.human_log = _open_human_log(served)
     served.asker = _open_asker(served)
     _add_batchers(served)
+    served.reload_route = reload_route
     if reloadable:
         served.reloader = Reloader(sources or {n: m.path for n, m in served.loaded.items()}, load_kw or {},
                                    swap=lambda name, m: _swap(served, name, m), board=board_from_env())

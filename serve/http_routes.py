@@ -48,6 +48,7 @@ class Served:
     known_paths: set[str] = field(default_factory=set)
     api_keys: Any = None  # serve.http_auth.ApiKeys when keys are required (None: off)
     reloader: Any = None  # serve.reload.Reloader (POST /admin/reload, SIGHUP)
+    reload_route: bool = True  # False on Ray: /admin/reload answers 501 (SIGHUP to `denki serve --ray` reloads)
 
     @property
     def predictors(self) -> dict[str, Any]:
@@ -170,10 +171,10 @@ def _add_reload_route(app, served: Served, schemas) -> None:
               responses={403: {"model": schemas.ErrorResponse}, 409: {"model": schemas.ErrorResponse},
                          501: {"model": schemas.ErrorResponse}})
     async def reload(request: Request):
-        if served.reloader is None:
+        if served.reloader is None or not served.reload_route:
             return error_response(served, request, 501, "reload_unavailable",
-                                  "this server cannot reload in place (on Ray: run `denki serve --ray` again, "
-                                  "which rolls the replicas over)")
+                                  "this server does not reload over HTTP (on Ray a request reaches one replica: "
+                                  "send SIGHUP to the `denki serve --ray` process, and every replica reloads)")
         if served.api_keys is None and not _local_client(request):
             return error_response(served, request, 403, "forbidden", "without API keys only a client on this "
                                   "machine may reload; start the server with --api-key-file or DENKI_API_KEY")

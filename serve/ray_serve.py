@@ -19,6 +19,7 @@ and queueing beyond ``max_ongoing_requests`` per replica happens in Ray's proxy 
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -30,10 +31,13 @@ APP_NAME = "denki"
 
 def build_application(classifier: str | None, qa: str | None, settings, *, backend: str = "auto",
                       device: str = "auto", threads: int | None = None, num_replicas: int = 1,
-                      replica_cpus: float = 1.0, replica_gpus: float = 0.0, retry: bool = True):
+                      replica_cpus: float = 1.0, replica_gpus: float = 0.0, retry: bool = True,
+                      generation: int = 0):
     """A Ray Serve application (``Deployment.bind()``) of the denki HTTP app over the given bundles; with ``retry``
     its HTTP ingress is the front of :mod:`serve.ray_front` (as many front replicas as model replicas), else the
-    model replicas themselves."""
+    model replicas themselves. ``generation``: the reload generation (``user_config``): deploying the same
+    application with a higher one makes every replica reload its bundles in place (:meth:`DenkiReplica.reconfigure`;
+    SIGHUP to ``denki serve --ray``, :func:`run_ray_serve`)."""
     from ray import serve
 
     from denki.serve.ray_setup import checked_bundle
@@ -49,18 +53,42 @@ def build_application(classifier: str | None, qa: str | None, settings, *, backe
     if replica_gpus > 0 and device == "auto":
         device = "cuda"
 
+    # the paths as given (absolute), so that a replica started later, or a reload, follows a repointed symlink
+    sources = {name: os.path.abspath(p) for name, p in (("classifier", classifier), ("qa", qa)) if p}
+
     def build_asgi_app():  # runs on each replica: the predictors live there
         from denki.serve.http import create_app
         from denki.serve.runtime import Predictor
 
         kw = dict(backend=backend, device=device, threads=ort_threads)
-        return create_app(classifier=Predictor(cls_dir, **kw) if cls_dir else None,
-                          qa=Predictor(qa_dir, **kw) if qa_dir else None, settings=settings,
-                          reloadable=False)  # a reload would reach one replica: Ray rolls them on redeploy
+        return create_app(classifier=Predictor(sources["classifier"], **kw) if cls_dir else None,
+                          qa=Predictor(sources["qa"], **kw) if qa_dir else None, settings=settings,
+                          sources=sources, load_kw=kw, reload_route=False)
 
     class DenkiReplica:
         """One replica of the denki HTTP API (its state is the app that ``build_asgi_app`` returns; Ray runs the
         app's lifespan). The front hands it requests through :meth:`relay`."""
+
+        _generation = 0
+
+        async def reconfigure(self, config: dict):
+            """Ray calls this on every replica when the application is deployed with a new ``reload_generation``
+            (and once at start): reload the bundles in place, checked first; a refused bundle leaves the old
+            model serving (logged)."""
+            import logging
+
+            from denki.serve.reload import ReloadFailed
+
+            g = int((config or {}).get("reload_generation", 0))
+            if g <= self._generation:
+                return
+            self._generation = g
+            log = logging.getLogger("denki.ray")
+            try:
+                r = await self.app.state.served.reloader.reload()
+                log.warning("reload generation %d: %s", g, r["model_versions"])
+            except ReloadFailed as exc:
+                log.error("reload generation %d refused; the old models keep serving: %s", g, exc)
 
         async def relay(self, method, path, query, headers, body, client):
             from denki.serve.ray_front import asgi_request
@@ -73,7 +101,7 @@ def build_application(classifier: str | None, qa: str | None, settings, *, backe
         # the app micro-batches concurrent requests itself: let enough of them reach a replica at once
         max_ongoing_requests=max(8, int(settings.max_queue)),
         graceful_shutdown_timeout_s=float(settings.shutdown_timeout_s),
-        health_check_period_s=10.0)
+        health_check_period_s=10.0, user_config={"reload_generation": int(generation)})
     if not retry:
         return model.bind()
     front = serve.deployment(_front_class(settings), name="DenkiFront", num_replicas=int(num_replicas),
@@ -134,21 +162,27 @@ async def _read_capped(request, limit: int) -> bytes | None:
 
 
 def run_ray_serve(app, *, host: str = "127.0.0.1", port: int = 8080, address: str | None = None,
-                  temp_dir: str | None = None, detach: bool = False, stop: threading.Event | None = None) -> int:
+                  temp_dir: str | None = None, detach: bool = False, stop: threading.Event | None = None,
+                  rebuild=None, check=None) -> int:
     """Deploy ``app`` (from :func:`build_application`) and block until SIGINT/SIGTERM (or ``stop`` is set),
     then delete it; a local Ray instance started here is shut down too. ``detach`` (only with ``address``)
-    leaves the application running on the cluster and returns at once."""
+    leaves the application running on the cluster and returns at once. SIGHUP (with ``rebuild``: generation →
+    application) checks the bundles (``check()``, raising :class:`DenkiError`) and deploys the next generation:
+    every replica reloads in place."""
     from denki.serve.ray_setup import connect_ray
 
     if detach and not address:
         raise DenkiError("--detach needs --address (a cluster that outlives this command)")
     ray, session = connect_ray(address, temp_dir=temp_dir)
     stop = stop or threading.Event()
+    hup = threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():
         # installed before deploying: a Ctrl-C during start-up then stops cleanly once the deployment is up
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
+        if rebuild is not None and hasattr(signal, "SIGHUP"):
+            previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: hup.set())
     try:
         from ray import serve
 
@@ -162,7 +196,11 @@ def run_ray_serve(app, *, host: str = "127.0.0.1", port: int = 8080, address: st
                   flush=True)
             return 0
         try:
-            stop.wait()
+            generation = 0
+            while not stop.wait(0.5):
+                if hup.is_set():
+                    hup.clear()
+                    generation = _reload_on_ray(serve, rebuild, check, generation)
         except KeyboardInterrupt:  # not in the main thread: no handler of ours
             pass
         print("denki serve --ray: stopping (in-flight requests finish first)", file=sys.stderr, flush=True)
@@ -175,3 +213,18 @@ def run_ray_serve(app, *, host: str = "127.0.0.1", port: int = 8080, address: st
             signal.signal(sig, handler)
         if not detach:
             session.close()
+
+
+def _reload_on_ray(serve, rebuild, check, generation: int) -> int:
+    """SIGHUP: check the bundles where they are now, then deploy generation + 1 (Ray reconfigures every replica in
+    place; each checks and loads its bundles again). Returns the generation now deployed."""
+    try:
+        if check is not None:
+            check()
+    except DenkiError as exc:
+        print(f"denki serve --ray: reload refused, the replicas keep their models: {exc}", file=sys.stderr,
+              flush=True)
+        return generation
+    serve.run(rebuild(generation + 1), name=APP_NAME, route_prefix="/", blocking=False)
+    print(f"denki serve --ray: reload generation {generation + 1} deployed to every replica", flush=True)
+    return generation + 1

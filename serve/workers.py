@@ -128,12 +128,17 @@ def _run_on_ray(settings: ServeSettings) -> int:
     from denki.serve.ray_setup import import_ray
 
     import_ray()  # a clear error when the extra is missing, before anything is loaded
-    app = build_application(settings.classifier, settings.qa, settings.server_settings(), backend=settings.backend,
-                            device=settings.device, threads=settings.threads, num_replicas=settings.num_replicas,
-                            replica_cpus=settings.replica_cpus, replica_gpus=settings.replica_gpus,
-                            retry=settings.ray_retry)
-    return run_ray_serve(app, host=settings.host, port=settings.port, address=settings.address,
-                         temp_dir=settings.ray_temp_dir, detach=settings.detach)
+    server_settings = settings.server_settings()
+
+    def app(generation: int = 0):  # the application; a higher generation makes every replica reload
+        return build_application(settings.classifier, settings.qa, server_settings, backend=settings.backend,
+                                 device=settings.device, threads=settings.threads,
+                                 num_replicas=settings.num_replicas, replica_cpus=settings.replica_cpus,
+                                 replica_gpus=settings.replica_gpus, retry=settings.ray_retry, generation=generation)
+
+    return run_ray_serve(app(), host=settings.host, port=settings.port, address=settings.address,
+                         temp_dir=settings.ray_temp_dir, detach=settings.detach, rebuild=app,
+                         check=lambda: _check_bundles(settings))
 
 
 def ignore_hup_until_ready() -> None:

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -44,12 +45,21 @@ def short_tmp(tmp_path_factory):
 
 def test_serve_on_ray_answers_over_loopback_and_stops_on_sigterm(onnx_classifier, short_tmp, tmp_path):
     """With DENKI_API_KEY set: every replica refuses a request without the key (401), /readyz stays open, and
-    /admin/reload answers 501 (on Ray a new model is a redeploy)."""
+    /admin/reload answers 501; SIGHUP to `denki serve --ray` after the bundle's symlink was repointed makes every
+    replica serve the new version (Ray's reconfigure, in place)."""
+    import shutil
+
+    from denki.models.bundle.format import bundle_version, copy_with_task, read_task
     from denki.serve.runtime import Predictor
 
+    src = onnx_classifier / "bundle" if (onnx_classifier / "bundle").is_dir() else onnx_classifier
+    shutil.copytree(src, tmp_path / "a")
+    copy_with_task(tmp_path / "a", tmp_path / "b", {**read_task(tmp_path / "a"), "note": "b"}, {"test": {}})
+    link = tmp_path / "current"
+    link.symlink_to(tmp_path / "a")
     port = free_port()
     log = open(tmp_path / "serve.log", "w")
-    cmd = [sys.executable, "-m", "denki.app.cli", "serve", "--ray", "--classifier", str(onnx_classifier),
+    cmd = [sys.executable, "-m", "denki.app.cli", "serve", "--ray", "--classifier", str(link),
            "--port", str(port), "--num-replicas", "2", "--replica-cpus", "0.5", "--ray-temp-dir", short_tmp,
            "--max-wait-ms", "5"]
     key = "ray-test-key-0123456789"
@@ -90,14 +100,33 @@ def test_serve_on_ray_answers_over_loopback_and_stops_on_sigterm(onnx_classifier
         assert httpx.post(base + "/admin/reload", timeout=30).status_code == 401
         r = httpx.post(base + "/admin/reload", headers=auth, timeout=30)
         assert r.status_code == 501 and r.json()["error"]["code"] == "reload_unavailable", r.text
+        va, vb = bundle_version(tmp_path / "a"), bundle_version(tmp_path / "b")
+        assert r.json()["error"] and _versions(base, auth) == {va}
+        (tmp_path / "next").symlink_to(tmp_path / "b")
+        os.replace(tmp_path / "next", link)
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 120
+        while _versions(base, auth) != {vb}:
+            assert time.monotonic() < deadline, f"SIGHUP did not reach every replica\n{log_tail()}"
+            time.sleep(1)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0
         text = (tmp_path / "serve.log").read_text(errors="replace")
-        assert "ready at " + base in text and "stopping" in text
+        assert "ready at " + base in text and "stopping" in text and "reload generation 1 deployed" in text
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+def _versions(base: str, auth: dict, n: int = 8) -> set[str]:
+    """The versions /v1/classify answers with over ``n`` requests (both replicas answer some)."""
+    out = set()
+    for _ in range(n):
+        r = httpx.post(base + "/v1/classify", json={"texts": ["料金"]}, headers=auth, timeout=30)
+        assert r.status_code == 200, r.text
+        out.add(r.json()["model_version"])
+    return out
 
 
 def _write_inputs(d):
