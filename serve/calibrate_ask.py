@@ -13,7 +13,7 @@ import numpy as np
 
 from denki.models.io.errors import DenkiError
 from denki.serve.asker import UNANSWERABLE_SHARE
-from denki.serve.evaluate_ask import evaluate_ask, mixed_f1
+from denki.serve.evaluate_ask import evaluate_ask
 
 
 def fit_threshold(in_rows: list, out_diffs: list, share: float = UNANSWERABLE_SHARE) -> tuple[float, float]:

@@ -57,7 +57,7 @@ from denki.serve.http_schemas import build_schemas
 from denki.serve.http_settings import ServerSettings
 from denki.serve.humanlog import HumanLog
 from denki.serve.microbatch import MicroBatcher, SharedBacklog, default_wait_ms, resolve_batching
-from denki.serve.reload import Loaded, Reloader, board_from_env, loaded, model_version  # noqa: F401 (re-exported)
+from denki.serve.reload import Loaded, Reloader, board_from_env, loaded
 
 log = logging.getLogger("denki.http")
 
