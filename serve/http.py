@@ -85,7 +85,8 @@ def create_app(classifier=None, qa=None, *, settings: ServerSettings | None = No
     served.reload_route = reload_route
     if reloadable:
         served.reloader = Reloader(sources or {n: m.path for n, m in served.loaded.items()}, load_kw or {},
-                                   swap=lambda name, m: _swap(served, name, m), board=board_from_env())
+                                   swap=lambda name, m: _swap(served, name, m), versions=lambda: served.versions,
+                                   board=board_from_env())
     app = _fastapi_app(served)
     schemas = build_schemas(s)  # the request limits come from the settings
     add_error_handlers(app, served)
@@ -221,7 +222,7 @@ def _start_reloader(served: Served) -> bool:
 
     if served.reloader is None:
         return False
-    served.reloader.start(served.versions)
+    served.reloader.start()
     try:
         asyncio.get_running_loop().add_signal_handler(
             signal.SIGHUP, lambda: asyncio.ensure_future(served.reloader.reload_logged()))

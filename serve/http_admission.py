@@ -17,7 +17,9 @@ from denki.serve.microbatch import QueueFull, ShuttingDown
 ARRIVED = "denki.arrived"
 
 
-def _error_body(status: int, code: str, message: str, details: Any = None) -> bytes:
+def error_body(status: int, code: str, message: str, details: Any = None) -> bytes:
+    """denki's JSON error, ``{"error": {"code", "message", "details"}}``, as bytes (this layer's answers and the Ray
+    front's, :mod:`serve.ray_front`)."""
     return json.dumps({"error": {"code": code, "message": message, "details": details}},
                       ensure_ascii=False).encode("utf-8")
 
@@ -89,7 +91,7 @@ class ObserveAndLimit:
         try:
             if self._unauthorized(scope):
                 self.metrics.observe_error(endpoint, "unauthorized")
-                await self._send_json(send_wrapper, 401, _error_body(
+                await self._send_json(send_wrapper, 401, error_body(
                     401, "unauthorized", "a valid API key is required: Authorization: Bearer KEY"),
                     [(b"www-authenticate", b"Bearer")])
                 return
@@ -101,13 +103,13 @@ class ObserveAndLimit:
                     # hold the refusal: a client that resends at once is slowed to one try per hold, and the
                     # wait costs a timer, not CPU (the jitter keeps the resends from arriving in waves)
                     await asyncio.sleep(self.shed_delay_s * random.uniform(0.5, 1.0))
-                await self._send_json(send_wrapper, status, _error_body(status, code, message, details),
+                await self._send_json(send_wrapper, status, error_body(status, code, message, details),
                                       [(b"retry-after", str(self.retry_after).encode())])
                 return
             receive2 = await self._limited_body(scope, receive)
             if receive2 is None:
                 self.metrics.observe_error(endpoint, "body_too_large")
-                await self._send_json(send_wrapper, 413, _error_body(
+                await self._send_json(send_wrapper, 413, error_body(
                     413, "body_too_large", f"request body exceeds {self.max_body:,} bytes"))
             elif receive2 is receive:  # GET and friends: nothing was read, nothing to watch
                 await self.app(scope, receive, send_wrapper)

@@ -11,12 +11,11 @@ answer is 503 + Retry-After, as for any overload. Every denki endpoint is safe t
 answer has no side effect — except that a text routed to a person may be logged twice (``--human-log``) when the
 replica died after logging it.
 
-Light to import: standard library only (Ray and Starlette are imported by the caller).
+Light to import: standard library only at import time (Ray and Starlette are imported by the caller).
 """
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 
 #: how many times a request whose replica died is resent, and the waits before each resend (seconds): the handle's
@@ -39,8 +38,10 @@ def replica_gone(exc: BaseException) -> bool:
 
 
 def error_answer(status: int, code: str, message: str, retry_after_s: int | None = None):
-    """(status, raw headers, body) of denki's JSON error."""
-    body = json.dumps({"error": {"code": code, "message": message, "details": None}}).encode()
+    """(status, raw headers, body) of denki's JSON error (:func:`serve.http_admission.error_body`)."""
+    from denki.serve.http_admission import error_body
+
+    body = error_body(status, code, message)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if retry_after_s is not None:
         headers.append((b"retry-after", str(retry_after_s).encode()))

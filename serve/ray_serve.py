@@ -69,20 +69,20 @@ def build_application(classifier: str | None, qa: str | None, settings, *, backe
         """One replica of the denki HTTP API (its state is the app that ``build_asgi_app`` returns; Ray runs the
         app's lifespan). The front hands it requests through :meth:`relay`."""
 
-        _generation = 0
+        _generation = None  # the reload generation this replica serves (None until Ray's first reconfigure)
 
         async def reconfigure(self, config: dict):
             """Ray calls this on every replica when the application is deployed with a new ``reload_generation``
             (and once at start): reload the bundles in place, checked first; a refused bundle leaves the old
-            model serving (logged)."""
+            model serving (logged). At start the app was just built from the paths as they are: nothing to do."""
             import logging
 
             from denki.serve.reload import ReloadFailed
 
-            g = int((config or {}).get("reload_generation", 0))
-            if g <= self._generation:
+            g, previous = int((config or {}).get("reload_generation", 0)), self._generation
+            self._generation = g if previous is None else max(g, previous)
+            if previous is None or g <= previous:
                 return
-            self._generation = g
             log = logging.getLogger("denki.ray")
             try:
                 r = await self.app.state.served.reloader.reload()
@@ -163,12 +163,12 @@ async def _read_capped(request, limit: int) -> bytes | None:
 
 def run_ray_serve(app, *, host: str = "127.0.0.1", port: int = 8080, address: str | None = None,
                   temp_dir: str | None = None, detach: bool = False, stop: threading.Event | None = None,
-                  rebuild=None, check=None) -> int:
+                  rebuild=None) -> int:
     """Deploy ``app`` (from :func:`build_application`) and block until SIGINT/SIGTERM (or ``stop`` is set),
     then delete it; a local Ray instance started here is shut down too. ``detach`` (only with ``address``)
     leaves the application running on the cluster and returns at once. SIGHUP (with ``rebuild``: generation →
-    application) checks the bundles (``check()``, raising :class:`DenkiError`) and deploys the next generation:
-    every replica reloads in place."""
+    application, which verifies the bundles as it builds it) deploys the next generation: every replica reloads in
+    place."""
     from denki.serve.ray_setup import connect_ray
 
     if detach and not address:
@@ -200,7 +200,7 @@ def run_ray_serve(app, *, host: str = "127.0.0.1", port: int = 8080, address: st
             while not stop.wait(0.5):
                 if hup.is_set():
                     hup.clear()
-                    generation = _reload_on_ray(serve, rebuild, check, generation)
+                    generation = _reload_on_ray(serve, rebuild, generation)
         except KeyboardInterrupt:  # not in the main thread: no handler of ours
             pass
         print("denki serve --ray: stopping (in-flight requests finish first)", file=sys.stderr, flush=True)
@@ -215,16 +215,16 @@ def run_ray_serve(app, *, host: str = "127.0.0.1", port: int = 8080, address: st
             session.close()
 
 
-def _reload_on_ray(serve, rebuild, check, generation: int) -> int:
-    """SIGHUP: check the bundles where they are now, then deploy generation + 1 (Ray reconfigures every replica in
-    place; each checks and loads its bundles again). Returns the generation now deployed."""
+def _reload_on_ray(serve, rebuild, generation: int) -> int:
+    """SIGHUP: build generation + 1 (:func:`build_application` verifies the bundles where they are now) and deploy
+    it (Ray reconfigures every replica in place; each checks and loads its bundles again). Returns the generation
+    now deployed."""
     try:
-        if check is not None:
-            check()
+        app = rebuild(generation + 1)
     except DenkiError as exc:
         print(f"denki serve --ray: reload refused, the replicas keep their models: {exc}", file=sys.stderr,
               flush=True)
         return generation
-    serve.run(rebuild(generation + 1), name=APP_NAME, route_prefix="/", blocking=False)
+    serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     print(f"denki serve --ray: reload generation {generation + 1} deployed to every replica", flush=True)
     return generation + 1

@@ -240,20 +240,24 @@ class ReloadFailed(DenkiError):
 
 class Reloader:
     """Reloads of one app's models. ``swap(name, loaded)`` is called to put a new model in service (the app
-    updates its micro-batcher's model, versions and metrics); ``sources``: model → the path given at start;
-    ``load_kw``: the predictor settings (backend, device, threads)."""
+    updates its micro-batcher's model, versions and metrics); ``versions()``: model → the version serving now (the
+    app's own record); ``sources``: model → the path given at start; ``load_kw``: the predictor settings (backend,
+    device, threads)."""
 
-    def __init__(self, sources: dict[str, str], load_kw: dict, swap, board: ReloadBoard | None = None):
+    def __init__(self, sources: dict[str, str], load_kw: dict, swap, versions, board: ReloadBoard | None = None):
         self.sources, self.load_kw, self.swap, self.board = dict(sources), dict(load_kw), swap, board
+        self._versions = versions
         self.generation = board.current().get("generation", 0) if board else 0
-        self.versions: dict[str, str] = {}
         self.last: dict | None = None
         self._lock = asyncio.Lock()
         self._watcher: asyncio.Task | None = None
 
+    @property
+    def versions(self) -> dict[str, str]:
+        return dict(self._versions())
+
     # -------------------------------------------------------------- lifecycle (the app's lifespan)
-    def start(self, versions: dict[str, str]) -> None:
-        self.versions = dict(versions)
+    def start(self) -> None:
         if self.board is not None:
             self.board.report(self.generation, self.versions)
             self._watcher = asyncio.get_running_loop().create_task(self._watch())
@@ -293,7 +297,6 @@ class Reloader:
         for name, m in new.items():
             old = self.versions.get(name)
             self.swap(name, m)
-            self.versions[name] = m.version
             log.info("reloaded %s: %s → %s (%s)", name, old, m.version, m.path)
 
     async def _wait_all(self, generation: int) -> list[dict]:

@@ -71,7 +71,8 @@ class ServeSettings:
                               max_queue=self.max_queue, max_queue_ms=self.max_queue_ms, max_texts=self.max_texts,
                               max_text_chars=self.max_text_chars, max_pairs=self.max_pairs,
                               max_context_chars=self.max_context_chars, max_body_bytes=self.max_body_bytes,
-                              retry_after_s=self.retry_after, shed_delay_ms=self.shed_delay_ms, shutdown_timeout_s=self.shutdown_timeout,
+                              retry_after_s=self.retry_after, shed_delay_ms=self.shed_delay_ms,
+                              shutdown_timeout_s=self.shutdown_timeout,
                               human_log=self.human_log, index=self.index, ask_k=self.ask_k,
                               api_key_file=self.api_key_file, api_key_env=env_key() is not None)
 

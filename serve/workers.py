@@ -137,8 +137,7 @@ def _run_on_ray(settings: ServeSettings) -> int:
                                  replica_gpus=settings.replica_gpus, retry=settings.ray_retry, generation=generation)
 
     return run_ray_serve(app(), host=settings.host, port=settings.port, address=settings.address,
-                         temp_dir=settings.ray_temp_dir, detach=settings.detach, rebuild=app,
-                         check=lambda: _check_bundles(settings))
+                         temp_dir=settings.ray_temp_dir, detach=settings.detach, rebuild=app)
 
 
 def ignore_hup_until_ready() -> None:
