@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from denki.models.training.positions import POSITION_INITS
+from denki.models.training.precision import PRECISIONS
 
 
 def register(sub) -> None:
@@ -307,6 +308,11 @@ def _register_qa(sub) -> None:
                    help="the position embeddings pretraining never trained (the rows past its --seq-len, which "
                         "a window longer than that uses): keep their random init (default), or tile the trained "
                         "rows over them, as Longformer did (no clear gain measured; docs/qa.md)")
+    p.add_argument("--precision", choices=PRECISIONS, default=d.precision,
+                   help="autocast precision of the training step's forward (weights, optimizer and the saved "
+                        "bundle stay fp32; dev is scored in fp32). bf16: 1.6x the fp32 step on an avx512_bf16 core "
+                        "(docs/qa.md); auto: bf16 on CUDA and on CPUs with avx512_bf16/amx_bf16, fp32 elsewhere. "
+                        "Default fp32: bf16 fine-tuning is not yet measured against fp32 on dev")
     add_qa_run_options(p)
     p.set_defaults(func=cmd_finetune_qa)
 
@@ -322,7 +328,7 @@ def qa_config(args):
                             max_answer_length=args.max_answer_length, n_best=args.n_best, max_steps=args.max_steps,
                             answerable_head=args.answerable_head, position_init=args.position_init,
                             threads=args.threads, eval_each_epoch=args.eval_each_epoch,
-                            target_precision=args.target_precision)
+                            target_precision=args.target_precision, precision=args.precision)
 
 
 def cmd_finetune_qa(args) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from denki.models.io.errors import DenkiError
+from denki.models.training.precision import autocast
 
 from . import train_state
 from .diagnostics import run_probe
@@ -174,7 +175,7 @@ class TrainingLoop:
         self.progress, self.device, self.precision, self.rank, self.world = progress, device, precision, rank, world
         self.main = rank == 0
         self.save_fn = save
-        self.amp = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else _null()
+        self.amp = autocast(precision, device.type)
         self.micro = cfg.micro_batch  # halved on an out-of-memory error
         self.last_row = self.last_diag = None
         self.peak, self.peak_source = self._device_peak()
@@ -334,11 +335,3 @@ class TrainingLoop:
                 f"{row['loss']:.3f}, gen_acc {row.get('gen_acc') or 0:.3f}{d}, {row['tokens_per_s']:,.0f} tok/s"
                 + (f" (MFU {row['mfu']:.1%})" if row.get("mfu") is not None else "")
                 + f", {self.wall():.0f} s")
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from dataclasses import dataclass, field
 
 from denki.models.io.errors import DenkiError
@@ -218,32 +217,8 @@ def default_mask_prob(size: str, objective: str, init_from=None) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ precision
-PRECISIONS = ("auto", "fp32", "bf16")
-
-
-def cpu_bf16_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
-    """The CPU flags that give native bf16 matrix work (``avx512_bf16``, ``amx_bf16``), as Linux lists them; [] where
-    none (or no /proc/cpuinfo)."""
-    try:
-        with open(cpuinfo, encoding="utf-8") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return []
-    return [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
-
-
-def resolve_precision(precision: str, device_type: str) -> str:
-    """``auto`` → bf16 on CUDA and on CPUs with native bf16 (:func:`cpu_bf16_flags`), fp32 elsewhere (bf16 measured
-    against fp32: docs/pretrain.md). ``bf16`` on a CPU without native bf16 runs, emulated and slower, with a
-    warning."""
-    if precision not in PRECISIONS:
-        raise DenkiError(f"--precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
-    if precision == "auto":
-        return "bf16" if device_type == "cuda" or (device_type == "cpu" and cpu_bf16_flags()) else "fp32"
-    if precision == "bf16" and device_type == "cpu" and not cpu_bf16_flags():
-        print("pretrain: WARNING: --precision bf16 on a CPU without avx512_bf16/amx_bf16 is emulated (slower than "
-              "fp32)", file=sys.stderr)
-    return precision
+# models.training.precision owns the rule (QA fine-tuning shares it); re-exported for the pretraining code and tests
+from denki.models.training.precision import PRECISIONS, cpu_bf16_flags, resolve_precision  # noqa: E402,F401
 
 
 # ------------------------------------------------------------------------------------------------ checks

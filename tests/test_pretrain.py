@@ -860,8 +860,8 @@ def test_cls_contrast_is_part_of_the_run_identity_and_goes_with_rtd_only(tiny_to
 
 # ------------------------------------------------------------------------------------------------ precision
 def test_resolve_precision_and_cpu_bf16_flags(tmp_path, monkeypatch):
-    import denki.pretrain.settings as train
-    from denki.pretrain.settings import cpu_bf16_flags, resolve_precision
+    import denki.models.training.precision as train
+    from denki.pretrain.settings import cpu_bf16_flags, resolve_precision  # re-exported from models.training.precision
 
     assert resolve_precision("auto", "cuda") == "bf16"
     # auto on a CPU follows its flags (bf16 measured downstream on an avx512_bf16 core: experiments/bf16-pretraining)

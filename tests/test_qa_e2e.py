@@ -282,3 +282,33 @@ def test_calibrate_gives_an_old_bundle_a_confidence_in_a_new_bundle(qa_bundle, t
     assert t["confidence"]["answer"]["n"] + t["confidence"]["no_answer"]["n"] == 150
     assert t["target_precision"] == 0.5 and "min_confidence" in t
     assert t["null_threshold"] == task["null_threshold"] and manifest["source"]["calibrated"]["data"] == str(SAMPLE_QA_DEV)
+
+
+def test_bf16_precision_runs_the_training_forward_under_autocast(qa_bundle, tmp_path, monkeypatch):
+    """`--precision bf16`: each training step's forward runs under bf16 autocast (the speed-up on avx512_bf16/AMX
+    CPUs), the report records it, and the saved bundle keeps fp32 weights; fp32 (the default) runs no autocast."""
+    import torch
+    from safetensors.torch import load_file
+
+    import denki.models.qa.model as qa_model
+
+    root, _ = qa_bundle
+    seen = []
+    real = qa_model.compute_loss
+
+    def spy(model, batch):
+        seen.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16)
+        return real(model, batch)
+
+    monkeypatch.setattr(qa_model, "compute_loss", spy)
+    args = ["--train", str(SAMPLE_QA_TRAIN), "--dev", str(SAMPLE_QA_DEV), "--max-length", "128", "--doc-stride",
+            "64", "--max-steps", "2", "--batch-size", "8", "--max-train-examples", "40", "--max-dev-examples", "20",
+            "--no-progress", "--threads", "1"]
+    for precision, autocast in (("bf16", True), ("fp32", False)):
+        seen.clear()
+        out = tmp_path / precision
+        assert main(["finetune", "qa", "--model", str(root / "pre"), "--out", str(out), "--precision", precision,
+                     *args]) == 0
+        assert seen == [autocast, autocast]
+        assert json.loads((out / "report.json").read_text(encoding="utf-8"))["settings"]["precision"] == precision
+        assert {t.dtype for t in load_file(out / "bundle" / "model.safetensors").values()} == {torch.float32}

@@ -30,6 +30,7 @@ class QAFinetuneConfig:
     threads: int | None = None       # torch CPU threads; None → torch's choice
     target_precision: float | None = None  # abstain ("unsure") below the confidence that keeps this precision on dev
     eval_each_epoch: bool = False    # score dev after every whole epoch too (the curve that chooses --epochs)
+    precision: str = "fp32"         # autocast of the training step: fp32 | bf16 | auto (models.training.precision)
 
 
 def default_answerable_head(source_manifest: dict | None) -> bool:

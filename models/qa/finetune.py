@@ -29,6 +29,7 @@ from denki.models.qa.report import error_examples, golds_of, jsonable, write_rep
 from denki.models.qa.train import make_features, train_one_seed
 from denki.models.qa.config import default_answerable_head
 from denki.models.training.positions import POSITION_INITS, trained_positions
+from denki.models.training.precision import resolve_precision
 
 TASK_FORMAT = 1
 PARITY_SAMPLE = "parity_sample.json"
@@ -69,6 +70,7 @@ def finetune(*, train_path: str, dev_path: str, out_dir: str, model: str | None 
     src = _resolve_source(model, init_random, tokenizer_dir, cfg)
     cfg = replace(cfg, answerable_head=_answerable_head(cfg, src))  # a copy: the caller's config stays as given
     device = pick_device(cfg.device)
+    cfg = replace(cfg, precision=resolve_precision(cfg.precision, device.type, who="qa"))
     tok = JapaneseTokenizer.load(src.tokenizer_dir)
     train_data, dev_data = read_qa(train_path, strict=strict), read_qa(dev_path, strict=strict)
     train_ex = subsample(train_data.examples, max_train_examples, cfg.seeds[0])
@@ -251,7 +253,7 @@ def _settings(cfg: QAFinetuneConfig, src: _Source, kept: dict, device, init_rand
             "max_steps": cfg.max_steps, "answerable_head": cfg.answerable_head, "answerable_head_by": src.head_by,
             "init_random": init_random,
             "position_init": cfg.position_init, "pretrained_positions": src.tile_from, "device": str(device),
-            "torch_threads": torch.get_num_threads()}
+            "precision": cfg.precision, "torch_threads": torch.get_num_threads()}
 
 
 def _save_qa_bundle(out: Path, kept: dict, src: _Source, cfg: QAFinetuneConfig, settings: dict, train_data: QAData,

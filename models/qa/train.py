@@ -38,6 +38,7 @@ def train_one_seed(make_model, seed: int, features: QAFeatures, tokenizer, cfg, 
     from denki.models.qa.model import compute_loss
     from denki.models.training.loop import build_optimizer, warmup_linear_schedule
     from denki.models.training.positions import tile_positions
+    from denki.models.training.precision import autocast
 
     model = make_model(seed=seed)  # seeds torch first
     tiled = tile_positions(model, tile_from) if tile_from else 0
@@ -64,7 +65,8 @@ def train_one_seed(make_model, seed: int, features: QAFeatures, tokenizer, cfg, 
             idx = perm[b:b + cfg.batch_size]
             batch = {k: torch.from_numpy(v).to(dev) for k, v in
                      tokenizer.pad([features.encodings[w] for w in idx]).items()}
-            loss = compute_loss(model, {**batch, "start_positions": sp[idx].to(dev), "end_positions": ep[idx].to(dev)})
+            with autocast(cfg.precision, dev.type):  # bf16: the forward and its loss; the backward outside
+                loss = compute_loss(model, {**batch, "start_positions": sp[idx].to(dev), "end_positions": ep[idx].to(dev)})
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
