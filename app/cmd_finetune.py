@@ -310,7 +310,7 @@ def _register_qa(sub) -> None:
                         "rows over them, as Longformer did (no clear gain measured; docs/qa.md)")
     p.add_argument("--precision", choices=PRECISIONS, default=d.precision,
                    help="autocast precision of the training step's forward (weights, optimizer and the saved "
-                        "bundle stay fp32; dev is scored in fp32). bf16: 1.6x the fp32 step on an avx512_bf16 core "
+                        "bundle stay fp32; dev is scored in fp32). bf16: 1.6-1.9x the fp32 step on an avx512_bf16 core "
                         "(docs/qa.md); auto: bf16 on CUDA and on CPUs with avx512_bf16/amx_bf16, fp32 elsewhere. "
                         "Default fp32: bf16 fine-tuning is not yet measured against fp32 on dev")
     add_qa_run_options(p)
