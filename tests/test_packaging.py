@@ -77,10 +77,14 @@ def test_newer_bundle_format_is_refused_and_todays_loads(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
     with pytest.raises(DenkiError, match=f"bundle format {FORMAT + 1} is newer than this denki reads"):
         read_manifest(tmp_path)
-    # today's bundles carry no number: the shipped QA checkpoint (written before it existed) still verifies
-    qa = REPO / "checkpoints" / "denki-electra-tiny-ja-qa"
-    assert "format" not in json.loads((qa / "manifest.json").read_text(encoding="utf-8"))
-    assert verify_bundle(qa, kinds=("qa",))["kind"] == "qa"
+    # a bundle written before the number existed (no "format" in its manifest) still verifies
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "x.txt").write_text("x", encoding="utf-8")
+    m = write_manifest(old, "classifier")
+    del m["format"]
+    (old / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
+    assert verify_bundle(old, kinds=("classifier",))["kind"] == "classifier"
 
 
 def test_runtime_names_and_kinds_say_what_to_do(qa_bundle, tmp_path):
