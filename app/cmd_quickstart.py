@@ -64,14 +64,19 @@ def resolve_start(value: str) -> dict | None:
 
 
 def qa_checkpoint_for(start: dict | None) -> dict | None:
-    """The shipped QA checkpoint fine-tuned from the checkpoint ``start`` (its card's ``parent``), or None."""
+    """The shipped QA checkpoint fine-tuned from the checkpoint ``start`` or from a continuation of it (its card's
+    ``parent`` is ``start``, or a pretrained checkpoint whose legs began at ``start``: the same tokenizer), or None.
+    A direct child comes first."""
     from denki.models.registry.checkpoints import list_checkpoints
     from denki.models.registry.tasks import task_for
 
     if start is None:
         return None
-    reader = task_for("qa")
-    return next((c for c in list_checkpoints() if c["kind"] == reader.name and c.get("parent") == start["name"]), None)
+    cards = list_checkpoints()
+    lineage = {c["name"]: {leg.get("name") for leg in c.get("legs") or []} | {c["name"]} for c in cards}
+    readers = [c for c in cards if c["kind"] == task_for("qa").name
+               and start["name"] in lineage.get(c.get("parent"), {c.get("parent")})]
+    return min(readers, key=lambda c: c.get("parent") != start["name"], default=None)
 
 
 def register(sub) -> None:

@@ -123,3 +123,26 @@ def test_shipped_checkpoints_verify_and_load_in_plain_transformers(monkeypatch):
             assert key in card, (card["name"], key)
         model = AutoModel.from_pretrained(card["path"])
         assert sum(p.numel() for p in model.parameters()) <= card["parameters"]
+
+
+def test_the_quickstart_finds_the_reader_of_its_checkpoint_or_of_a_continuation(monkeypatch):
+    """`denki quickstart` starts its QA from the shipped reader whose parent is the start checkpoint or a pretrained
+    checkpoint continued from it in legs (the same tokenizer); a direct child wins; a reader of another lineage,
+    or of a later leg than the start, is not taken."""
+    import denki.models.registry.checkpoints as registry
+    from denki.app.cmd_quickstart import qa_checkpoint_for
+
+    base = {"name": "base", "kind": "pretrained"}
+    leg = {"name": "base-2e15", "kind": "pretrained", "legs": [{"name": "base"}, {"name": "base-2e15"}]}
+    other = {"name": "other", "kind": "pretrained"}
+    from_leg = {"name": "qa-leg", "kind": "qa", "parent": "base-2e15"}
+    cards = [base, leg, other, from_leg, {"name": "qa-other", "kind": "qa", "parent": "other"}]
+    monkeypatch.setattr(registry, "list_checkpoints", lambda: cards)
+    assert qa_checkpoint_for(base)["name"] == "qa-leg"
+    assert qa_checkpoint_for(leg)["name"] == "qa-leg"
+    assert qa_checkpoint_for(other)["name"] == "qa-other" and qa_checkpoint_for(None) is None
+    cards.append({"name": "qa-direct", "kind": "qa", "parent": "base"})
+    assert qa_checkpoint_for(base)["name"] == "qa-direct"
+    cards[:] = [base, leg, {"name": "qa-later", "kind": "qa", "parent": "base-3e15"},
+                {"name": "base-3e15", "kind": "pretrained", "legs": [{"name": "base"}, {"name": "base-3e15"}]}]
+    assert qa_checkpoint_for(leg) is None
