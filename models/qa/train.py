@@ -65,8 +65,9 @@ def train_one_seed(make_model, seed: int, features: QAFeatures, tokenizer, cfg, 
             idx = perm[b:b + cfg.batch_size]
             batch = {k: torch.from_numpy(v).to(dev) for k, v in
                      tokenizer.pad([features.encodings[w] for w in idx]).items()}
+            targets = {"start_positions": sp[idx].to(dev), "end_positions": ep[idx].to(dev)}
             with autocast(cfg.precision, dev.type):  # bf16: the forward and its loss; the backward outside
-                loss = compute_loss(model, {**batch, "start_positions": sp[idx].to(dev), "end_positions": ep[idx].to(dev)})
+                loss = compute_loss(model, {**batch, **targets})
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
