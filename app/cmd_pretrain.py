@@ -10,6 +10,7 @@ import argparse
 import os
 
 from denki.models.io.corpus import CORPUS_HELP
+from denki.models.training.precision import PRECISIONS
 from denki.pretrain.settings import field_default as D
 
 DESCRIPTION = (
@@ -131,7 +132,7 @@ def _add_rtd_options(p) -> None:
 
 def _add_speed_options(p) -> None:
     """How the run computes: precision and kernels (none of them changes what is learnt beyond rounding)."""
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=D("precision"),
+    p.add_argument("--precision", choices=PRECISIONS, default=D("precision"),
                    help="autocast precision of forward/backward (weights, optimizer, losses and sampling stay fp32). "
                         "auto: bf16 on CUDA and on CPUs with avx512_bf16/amx_bf16 (faster, and fine-tunes as well "
                         "as fp32), fp32 elsewhere; fp32 to rule rounding out when comparing runs")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from denki.models.training.precision import autocast
 from .masking import candidate_mask
 
 
@@ -137,7 +138,6 @@ def load_run_probe(run):
     corruption (its corpus cache, tokenizer, sequence length and mask rate). For re-probing runs that finished before a probe field existed
     (docs/*/reprobe.py); ``model`` is the whole pretrainer, with the run's ``gen_temperature``; ``probe()`` runs at the
     run's precision."""
-    import contextlib
     import json
     from pathlib import Path
 
@@ -165,7 +165,7 @@ def load_run_probe(run):
     precision = meta.get("precision")
     if precision is None and (run / "summary.json").is_file():
         precision = json.loads((run / "summary.json").read_text(encoding="utf-8")).get("precision")
-    amp = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+    amp = autocast(precision, "cpu")
 
     def probe() -> dict[str, float]:
         with amp:
